@@ -1,0 +1,428 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * Bandwidth control hot path, in the kernel's vocabulary (kernel/sched/fair.c):
+ *
+ *   account     charge the runtime a task just used to the local (per-CPU)
+ *               runtime of every limited group on its chain;
+ *   assign      when local runtime is used up, pull a slice from the group's
+ *               global pool (compare-and-swap, never more than is there);
+ *   throttle    when the pool cannot cover it: mark the CPU and the group
+ *               throttled; the caller preempts or parks;
+ *   park        runnable tasks of a throttled group wait in the group's own
+ *               DSQ and are never dispatched from there;
+ *   unthrottle  the agent refills the pool (it owns the period timer) and
+ *               runs bw_unthrottle(), which settles the throttle clocks and
+ *               moves parked tasks back to the shared queue.
+ *
+ * A task's "chain" is the list of limited groups it belongs to: its own cgroup
+ * and every ancestor that has a slot. It is resolved from the cgroup hierarchy
+ * once and cached in task storage until the task moves or the agent changes
+ * the set of limited groups (bw_cfg_gen).
+ */
+#ifndef __SCX_BANDWIDTH_BPF_H
+#define __SCX_BANDWIDTH_BPF_H
+
+#include "intf.h"
+
+/* Slice pulled from a pool at a time (sched_cfs_bandwidth_slice_us). */
+const volatile u64 bw_slice_ns = 5ULL * 1000 * 1000;
+/* Number of possible CPU ids, for loops over CPUs. */
+const volatile u32 nr_cpu_ids = 1;
+/* Thread group of the agent: its tasks are never charged nor parked. */
+const volatile s32 agent_tgid = -1;
+
+/* The limited groups; the agent mmaps this array (see intf.h). */
+struct bw_group bw_groups[BW_MAX_GROUPS];
+/* Bumped by the agent whenever cgid_slot changes; invalidates task chains. */
+volatile u64 bw_cfg_gen = 1;
+
+/* cgroup id -> slot in bw_groups, for limited cgroups only. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, BW_MAX_GROUPS);
+	__type(key, u64);
+	__type(value, u32);
+} cgid_slot SEC(".maps");
+
+/* Local runtime and throttle clock of every group, per CPU. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, BW_MAX_GROUPS);
+	__type(key, u32);
+	__type(value, struct bw_cpu);
+} bw_cpus SEC(".maps");
+
+/* Global counters (enum bw_stat_idx), per CPU. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, BW_NR_STATS);
+	__type(key, u32);
+	__type(value, u64);
+} bw_stats SEC(".maps");
+
+struct task_ctx {
+	/* The chain below is valid while gen == bw_cfg_gen. */
+	u64 gen;
+	/* Last time this task's runtime was charged (running, tick, stopping). */
+	u64 last_charge;
+	u32 nr_chain;
+	u32 chain[BW_MAX_CHAIN];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct task_ctx);
+} task_ctxs SEC(".maps");
+
+static __always_inline void stat_inc(u32 idx)
+{
+	u64 *cnt = bpf_map_lookup_elem(&bw_stats, &idx);
+
+	if (cnt)
+		(*cnt)++;
+}
+
+static __always_inline void stat_add(u32 idx, u64 n)
+{
+	u64 *cnt = bpf_map_lookup_elem(&bw_stats, &idx);
+
+	if (cnt)
+		*cnt += n;
+}
+
+static __always_inline struct task_ctx *task_ctx(const struct task_struct *p)
+{
+	return bpf_task_storage_get(&task_ctxs, (struct task_struct *)p, 0, 0);
+}
+
+static __always_inline struct bw_group *bw_group(u32 slot)
+{
+	if (slot >= BW_MAX_GROUPS)
+		return NULL;
+	return &bw_groups[slot];
+}
+
+static __always_inline struct bw_cpu *bw_cpu_local(u32 slot)
+{
+	return bpf_map_lookup_elem(&bw_cpus, &slot);
+}
+
+static __always_inline u32 chain_slot(const struct task_ctx *tctx, u32 i)
+{
+	return tctx->chain[i & (BW_MAX_CHAIN - 1)];
+}
+
+/*
+ * Resolve @p's chain of limited groups from its cgroup's ancestry. Only
+ * callable where @p is an argument of the running op (scx_bpf_task_cgroup()).
+ */
+static void bw_resolve_chain(struct task_struct *p, struct task_ctx *tctx)
+{
+	u64 gen = bw_cfg_gen;
+	struct cgroup *cgrp;
+	u32 n = 0;
+	int level;
+
+	if (p->tgid == agent_tgid) {
+		tctx->nr_chain = 0;
+		tctx->gen = gen;
+		return;
+	}
+
+	cgrp = scx_bpf_task_cgroup(p);
+	if (!cgrp) {
+		tctx->nr_chain = 0;
+		tctx->gen = gen;
+		return;
+	}
+	level = cgrp->level;
+
+	/* The root cgroup (level 0) cannot be limited. */
+	s32 i;
+	bpf_for(i, 1, BW_MAX_LEVEL + 1) {
+		struct cgroup *anc;
+		u32 *slot;
+		u64 id;
+
+		if (i > level)
+			break;
+		anc = bpf_cgroup_ancestor(cgrp, i);
+		if (!anc)
+			break;
+		id = anc->kn->id;
+		bpf_cgroup_release(anc);
+
+		slot = bpf_map_lookup_elem(&cgid_slot, &id);
+		if (!slot)
+			continue;
+		if (n >= BW_MAX_CHAIN) {
+			/* The agent refuses deeper limited nesting; can't happen. */
+			scx_bpf_error("cgroup %llu: more than %d limited ancestors",
+				      id, BW_MAX_CHAIN);
+			break;
+		}
+		tctx->chain[n & (BW_MAX_CHAIN - 1)] = *slot;
+		n++;
+	}
+	bpf_cgroup_release(cgrp);
+
+	tctx->nr_chain = n;
+	tctx->gen = gen;
+}
+
+static __always_inline void bw_refresh_chain(struct task_struct *p, struct task_ctx *tctx)
+{
+	if (tctx->gen != bw_cfg_gen)
+		bw_resolve_chain(p, tctx);
+}
+
+/*
+ * Assign: top the CPU's local runtime up to one slice from the pool. Returns
+ * true when local runtime is positive afterwards.
+ */
+static bool bw_assign(struct bw_group *g, struct bw_cpu *c)
+{
+	s32 attempt;
+	bpf_for(attempt, 0, 8) {
+		s64 avail = READ_ONCE(g->runtime);
+		s64 want = (s64)bw_slice_ns - c->runtime;
+		s64 take;
+
+		if (avail <= 0)
+			return false;
+		take = avail < want ? avail : want;
+		if (__sync_val_compare_and_swap(&g->runtime, avail, avail - take) != avail)
+			continue;
+		c->runtime += take;
+		__sync_fetch_and_add(&g->pulled, take);
+		stat_inc(BW_STAT_PULL);
+		return c->runtime > 0;
+	}
+	return false;
+}
+
+/*
+ * Throttle @g on this CPU: its local runtime is gone and the pool is empty.
+ */
+static void bw_throttle(struct bw_group *g, struct bw_cpu *c)
+{
+	if (!c->throttled_at) {
+		c->throttled_at = bpf_ktime_get_ns();
+		__sync_fetch_and_add(&g->nr_throttle_events, 1);
+		stat_inc(BW_STAT_THROTTLE);
+	}
+	if (!READ_ONCE(g->throttled)) {
+		WRITE_ONCE(g->throttled, 1);
+		/*
+		 * The agent may have refilled between our failed pull and the
+		 * flag: it then saw no throttle to undo. Undo it ourselves.
+		 */
+		if (READ_ONCE(g->runtime) > 0)
+			WRITE_ONCE(g->throttled, 0);
+	}
+}
+
+/*
+ * Account: charge @delta ns to every limited group on the chain and pull
+ * slices where local runtime ran out. Returns false when some group is now
+ * throttled on this CPU, i.e. the task must stop.
+ */
+static bool bw_account(struct task_ctx *tctx, u64 delta)
+{
+	bool ok = true;
+
+	s32 i;
+	bpf_for(i, 0, BW_MAX_CHAIN) {
+		struct bw_group *g;
+		struct bw_cpu *c;
+		u32 slot;
+
+		if (i >= tctx->nr_chain)
+			break;
+		slot = chain_slot(tctx, i);
+		g = bw_group(slot);
+		c = bw_cpu_local(slot);
+		if (!g || !c)
+			continue;
+
+		__sync_fetch_and_add(&g->usage, delta);
+		c->runtime -= delta;
+		if (c->runtime > 0)
+			continue;
+		if (!bw_assign(g, c)) {
+			bw_throttle(g, c);
+			ok = false;
+		}
+	}
+	return ok;
+}
+
+/*
+ * Before running a task on this CPU: make sure every group on its chain has
+ * local runtime here, pulling slices as needed. Returns the slot that is
+ * throttled, or -1 when the task may run.
+ */
+static s32 bw_blocked_slot(struct task_ctx *tctx)
+{
+	s32 i;
+	bpf_for(i, 0, BW_MAX_CHAIN) {
+		struct bw_group *g;
+		struct bw_cpu *c;
+		u32 slot;
+
+		if (i >= tctx->nr_chain)
+			break;
+		slot = chain_slot(tctx, i);
+		g = bw_group(slot);
+		c = bw_cpu_local(slot);
+		if (!g || !c)
+			continue;
+		if (c->runtime > 0 || bw_assign(g, c))
+			continue;
+		bw_throttle(g, c);
+		return slot;
+	}
+	return -1;
+}
+
+/*
+ * Where a newly runnable task must park: the first group on its chain whose
+ * pool is exhausted, or -1.
+ */
+static __always_inline s32 bw_throttled_slot(struct task_ctx *tctx)
+{
+	s32 i;
+	bpf_for(i, 0, BW_MAX_CHAIN) {
+		struct bw_group *g;
+		u32 slot;
+
+		if (i >= tctx->nr_chain)
+			break;
+		slot = chain_slot(tctx, i);
+		g = bw_group(slot);
+		if (g && READ_ONCE(g->throttled))
+			return slot;
+	}
+	return -1;
+}
+
+/*
+ * The smallest local runtime left on this CPU over the chain: a task never
+ * gets a time slice longer than its groups can pay for, so it stops exactly
+ * when runtime runs out instead of at the next tick.
+ */
+static __always_inline u64 bw_slice_cap(struct task_ctx *tctx, u64 slice)
+{
+	s32 i;
+	bpf_for(i, 0, BW_MAX_CHAIN) {
+		struct bw_cpu *c;
+
+		if (i >= tctx->nr_chain)
+			break;
+		c = bw_cpu_local(chain_slot(tctx, i));
+		if (c && c->runtime > 0 && (u64)c->runtime < slice)
+			slice = c->runtime;
+	}
+	return slice;
+}
+
+static __always_inline void bw_park(struct task_struct *p, s32 slot, u64 slice,
+				    u64 vtime, u64 enq_flags)
+{
+	struct bw_group *g = bw_group(slot);
+
+	scx_bpf_dsq_insert_vtime(p, BW_PARK_DSQ_BASE + slot, slice, vtime, enq_flags);
+	stat_inc(BW_STAT_PARK);
+	if (g)
+		__sync_fetch_and_add(&g->nr_parked, 1);
+}
+
+/*
+ * Unthrottle, run by the agent right after it refilled a pool: settle each
+ * CPU's throttle clock into throttled_time, clear the throttle and move the
+ * parked tasks back to the shared queue, then wake idle CPUs to run them.
+ * A pool that is still empty stays throttled.
+ */
+SEC("syscall")
+int bw_unthrottle(struct bw_unthrottle_args *args)
+{
+	u32 slot = args->slot;
+	struct bw_group *g = bw_group(slot);
+	struct task_struct *p;
+	u64 now;
+
+	if (!g)
+		return -EINVAL;
+	args->nr_released = 0;
+	if (READ_ONCE(g->runtime) <= 0)
+		return 0;
+
+	/* Clear first: from here on new wakeups go to the shared queue. */
+	WRITE_ONCE(g->throttled, 0);
+
+	now = bpf_ktime_get_ns();
+	s32 cpu;
+	bpf_for(cpu, 0, nr_cpu_ids) {
+		struct bw_cpu *c = bpf_map_lookup_percpu_elem(&bw_cpus, &slot, cpu);
+		u64 at;
+
+		if (!c || !(at = c->throttled_at))
+			continue;
+		c->throttled_at = 0;
+		if (now > at)
+			__sync_fetch_and_add(&g->throttled_time, now - at);
+	}
+
+	/* Syscall programs iterate DSQs under RCU. */
+	bpf_rcu_read_lock();
+	bpf_for_each(scx_dsq, p, BW_PARK_DSQ_BASE + slot, 0) {
+		/* Counted in memory: a register counter defeats the verifier's
+		 * loop convergence. */
+		if (scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, BW_SHARED_DSQ, 0))
+			args->nr_released++;
+	}
+	bpf_rcu_read_unlock();
+	if (args->nr_released) {
+		s32 cpu;
+		bpf_for(cpu, 0, nr_cpu_ids)
+			scx_bpf_kick_cpu(cpu, SCX_KICK_IDLE);
+	}
+	stat_add(BW_STAT_RELEASE, args->nr_released);
+	return 0;
+}
+
+/*
+ * Reset a slot the agent is (re)assigning: forget local runtime and throttle
+ * state on every CPU and release anything still parked there.
+ */
+SEC("syscall")
+int bw_reset_slot(struct bw_reset_args *args)
+{
+	u32 slot = args->slot;
+	struct bw_group *g = bw_group(slot);
+	struct task_struct *p;
+
+	if (!g)
+		return -EINVAL;
+	WRITE_ONCE(g->throttled, 0);
+	s32 cpu;
+	bpf_for(cpu, 0, nr_cpu_ids) {
+		struct bw_cpu *c = bpf_map_lookup_percpu_elem(&bw_cpus, &slot, cpu);
+
+		if (c) {
+			c->runtime = 0;
+			c->throttled_at = 0;
+		}
+	}
+	bpf_rcu_read_lock();
+	bpf_for_each(scx_dsq, p, BW_PARK_DSQ_BASE + slot, 0)
+		scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, BW_SHARED_DSQ, 0);
+	bpf_rcu_read_unlock();
+	bpf_for(cpu, 0, nr_cpu_ids)
+		scx_bpf_kick_cpu(cpu, SCX_KICK_IDLE);
+	return 0;
+}
+
+#endif /* __SCX_BANDWIDTH_BPF_H */

@@ -1,0 +1,302 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * scx_bandwidth: scheduling core.
+ *
+ * Every task of the machine is scheduled here. The policy is deliberately
+ * simple so that the bandwidth logic (bandwidth.bpf.h) is the interesting
+ * part:
+ *
+ *  - wakeups go straight to an idle CPU when there is one (select_cpu);
+ *  - otherwise tasks wait in one shared queue ordered by weighted virtual
+ *    time, so nice levels (p->scx.weight) set the CPU share between runnable
+ *    tasks; a task that slept gets at most one slice of credit;
+ *  - any CPU that needs work takes the first task of the shared queue it may
+ *    run (work-conserving).
+ *
+ * Bandwidth control hooks in at four points: enqueue parks tasks of a
+ * throttled group; dispatch pulls runtime for the CPU before handing it a task
+ * and parks the task instead when its group cannot pay; running caps the
+ * task's time slice at the runtime its groups have on this CPU; tick and
+ * stopping charge the runtime used and preempt when a group runs dry.
+ */
+#include <scx/common.bpf.h>
+#include "bandwidth.bpf.h"
+
+char _license[] SEC("license") = "GPL";
+
+/* Time slice of a task when its groups do not cap it. */
+const volatile u64 task_slice_ns = 20ULL * 1000 * 1000;
+
+/* Largest vtime of any task that started running: the queue's "now". */
+static u64 vtime_now;
+
+UEI_DEFINE(uei);
+
+static __always_inline bool vtime_before(u64 a, u64 b)
+{
+	return (s64)(a - b) < 0;
+}
+
+/*
+ * Charge the time since the last charge: to the task's vtime, scaled by its
+ * weight, and to its limited groups. Returns false when a group throttled.
+ */
+static bool charge(struct task_struct *p, struct task_ctx *tctx)
+{
+	u64 now = bpf_ktime_get_ns();
+	u64 delta = now - tctx->last_charge;
+
+	tctx->last_charge = now;
+	if (!delta || (s64)delta < 0)
+		return true;
+	p->scx.dsq_vtime += delta * 100 / (p->scx.weight ?: 1);
+	if (!tctx->nr_chain)
+		return true;
+	return bw_account(tctx, delta);
+}
+
+s32 BPF_STRUCT_OPS(bw_select_cpu, struct task_struct *p, s32 prev_cpu, u64 wake_flags)
+{
+	struct task_ctx *tctx = task_ctx(p);
+	bool is_idle = false;
+	s32 cpu;
+
+	cpu = scx_bpf_select_cpu_dfl(p, prev_cpu, wake_flags, &is_idle);
+	if (!is_idle || !tctx)
+		return cpu;
+	/*
+	 * Straight to the idle CPU, unless the task belongs to a throttled group
+	 * or its chain is stale (enqueue resolves it and decides).
+	 */
+	if (tctx->gen != bw_cfg_gen || bw_throttled_slot(tctx) >= 0)
+		return cpu;
+	scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, task_slice_ns, 0);
+	stat_inc(BW_STAT_DIRECT);
+	return cpu;
+}
+
+void BPF_STRUCT_OPS(bw_enqueue, struct task_struct *p, u64 enq_flags)
+{
+	struct task_ctx *tctx = task_ctx(p);
+	u64 vtime = p->scx.dsq_vtime;
+	s32 slot, cpu;
+
+	stat_inc(BW_STAT_ENQUEUE);
+
+	/* A sleeper gets at most one slice of credit. */
+	if (vtime_before(vtime, vtime_now - task_slice_ns))
+		vtime = vtime_now - task_slice_ns;
+
+	if (tctx) {
+		bw_refresh_chain(p, tctx);
+		slot = bw_throttled_slot(tctx);
+		if (slot >= 0) {
+			bw_park(p, slot, task_slice_ns, vtime, enq_flags);
+			return;
+		}
+	}
+
+	/*
+	 * The CPU's last runnable task ran out of slice (SCX_OPS_ENQ_LAST): this
+	 * CPU already looked for other work, keep it running here. Per-CPU
+	 * kthreads can only run where they are: don't make them wait either.
+	 */
+	if ((enq_flags & SCX_ENQ_LAST) ||
+	    ((p->flags & PF_KTHREAD) && p->nr_cpus_allowed == 1)) {
+		scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, task_slice_ns, enq_flags);
+		return;
+	}
+
+	scx_bpf_dsq_insert_vtime(p, BW_SHARED_DSQ, task_slice_ns, vtime, enq_flags);
+
+	/* Work-conserving: wake an idle CPU the task may run on. */
+	cpu = scx_bpf_pick_idle_cpu(p->cpus_ptr, 0);
+	if (cpu >= 0)
+		scx_bpf_kick_cpu(cpu, SCX_KICK_IDLE);
+}
+
+void BPF_STRUCT_OPS(bw_dispatch, s32 cpu, struct task_struct *prev)
+{
+	struct task_struct *p;
+
+	bpf_for_each(scx_dsq, p, BW_SHARED_DSQ, 0) {
+		struct task_ctx *tctx;
+		s32 slot;
+
+		if (!bpf_cpumask_test_cpu(cpu, p->cpus_ptr))
+			continue;
+		tctx = task_ctx(p);
+		if (tctx && tctx->nr_chain) {
+			slot = bw_blocked_slot(tctx);
+			if (slot >= 0) {
+				struct bw_group *g = bw_group(slot);
+
+				if (scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p,
+							   BW_PARK_DSQ_BASE + slot, 0)) {
+					stat_inc(BW_STAT_PARK);
+					if (g)
+						__sync_fetch_and_add(&g->nr_parked, 1);
+				}
+				continue;
+			}
+		}
+		if (scx_bpf_dsq_move(BPF_FOR_EACH_ITER, p, SCX_DSQ_LOCAL, 0)) {
+			stat_inc(BW_STAT_DISPATCH);
+			return;
+		}
+	}
+
+	/*
+	 * Nothing else to run: let the previous task go on if its groups can
+	 * pay for it here. A throttled one is left alone; the kernel then
+	 * passes it to enqueue (SCX_OPS_ENQ_LAST), which parks it.
+	 */
+	if (prev && (prev->scx.flags & SCX_TASK_QUEUED)) {
+		struct task_ctx *tctx = task_ctx(prev);
+
+		if (tctx && tctx->nr_chain && bw_blocked_slot(tctx) >= 0)
+			return;
+		prev->scx.slice = tctx ? bw_slice_cap(tctx, task_slice_ns) : task_slice_ns;
+	}
+}
+
+void BPF_STRUCT_OPS(bw_running, struct task_struct *p)
+{
+	struct task_ctx *tctx = task_ctx(p);
+
+	if (vtime_before(vtime_now, p->scx.dsq_vtime))
+		vtime_now = p->scx.dsq_vtime;
+	if (!tctx)
+		return;
+
+	tctx->last_charge = bpf_ktime_get_ns();
+	bw_refresh_chain(p, tctx);
+	if (!tctx->nr_chain)
+		return;
+
+	/*
+	 * Tasks placed on a local queue directly (wakeup to an idle CPU,
+	 * per-CPU kthreads) did not go through dispatch's check.
+	 */
+	if (bw_blocked_slot(tctx) >= 0) {
+		p->scx.slice = 0;
+		scx_bpf_kick_cpu(scx_bpf_task_cpu(p), SCX_KICK_PREEMPT);
+		stat_inc(BW_STAT_PREEMPT);
+		return;
+	}
+	p->scx.slice = bw_slice_cap(tctx, p->scx.slice);
+}
+
+void BPF_STRUCT_OPS(bw_tick, struct task_struct *p)
+{
+	struct task_ctx *tctx = task_ctx(p);
+
+	if (!tctx || !tctx->nr_chain)
+		return;
+	if (!charge(p, tctx)) {
+		p->scx.slice = 0;
+		stat_inc(BW_STAT_PREEMPT);
+		return;
+	}
+	p->scx.slice = bw_slice_cap(tctx, p->scx.slice);
+}
+
+void BPF_STRUCT_OPS(bw_stopping, struct task_struct *p, bool runnable)
+{
+	struct task_ctx *tctx = task_ctx(p);
+
+	if (tctx)
+		charge(p, tctx);
+}
+
+void BPF_STRUCT_OPS(bw_enable, struct task_struct *p)
+{
+	p->scx.dsq_vtime = vtime_now;
+}
+
+s32 BPF_STRUCT_OPS(bw_init_task, struct task_struct *p, struct scx_init_task_args *args)
+{
+	struct task_ctx *tctx;
+
+	tctx = bpf_task_storage_get(&task_ctxs, p, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!tctx)
+		return -ENOMEM;
+	tctx->gen = BW_GEN_STALE;
+	return 0;
+}
+
+void BPF_STRUCT_OPS(bw_cgroup_move, struct task_struct *p, struct cgroup *from,
+		    struct cgroup *to)
+{
+	struct task_ctx *tctx = task_ctx(p);
+
+	if (tctx)
+		tctx->gen = BW_GEN_STALE;
+}
+
+s32 BPF_STRUCT_OPS_SLEEPABLE(bw_init)
+{
+	s32 ret;
+
+	ret = scx_bpf_create_dsq(BW_SHARED_DSQ, -1);
+	if (ret)
+		return ret;
+	s32 slot;
+	bpf_for(slot, 0, BW_MAX_GROUPS) {
+		ret = scx_bpf_create_dsq(BW_PARK_DSQ_BASE + slot, -1);
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
+void BPF_STRUCT_OPS(bw_exit, struct scx_exit_info *ei)
+{
+	UEI_RECORD(uei, ei);
+}
+
+/* The exit dump shows every limited group's pool and throttle state. */
+void BPF_STRUCT_OPS(bw_dump, struct scx_dump_ctx *dctx)
+{
+	scx_bpf_dump("scx_bandwidth: cfg_gen=%llu vtime_now=%llu\n", bw_cfg_gen, vtime_now);
+	s32 slot;
+	bpf_for(slot, 0, BW_MAX_GROUPS) {
+		struct bw_group *g = bw_group(slot);
+
+		if (!g || !g->cgid)
+			continue;
+		scx_bpf_dump("group[%d] cgid=%llu quota=%llu period=%llu burst=%llu\n",
+			     slot, g->cgid, g->quota, g->period, g->burst);
+		scx_bpf_dump("  pool=%lld throttled=%u parked_now=%d usage=%llu throttled_time=%llu\n",
+			     g->runtime, g->throttled,
+			     scx_bpf_dsq_nr_queued(BW_PARK_DSQ_BASE + slot),
+			     g->usage, g->throttled_time);
+	}
+}
+
+void BPF_STRUCT_OPS(bw_dump_task, struct scx_dump_ctx *dctx, struct task_struct *p)
+{
+	struct task_ctx *tctx = task_ctx(p);
+
+	if (!tctx)
+		return;
+	scx_bpf_dump("bw: gen=%llu chain=%u first_slot=%d\n", tctx->gen, tctx->nr_chain,
+		     tctx->nr_chain ? (s32)chain_slot(tctx, 0) : -1);
+}
+
+SCX_OPS_DEFINE(bandwidth_ops,
+	       .select_cpu		= (void *)bw_select_cpu,
+	       .enqueue			= (void *)bw_enqueue,
+	       .dispatch		= (void *)bw_dispatch,
+	       .running			= (void *)bw_running,
+	       .tick			= (void *)bw_tick,
+	       .stopping		= (void *)bw_stopping,
+	       .enable			= (void *)bw_enable,
+	       .init_task		= (void *)bw_init_task,
+	       .cgroup_move		= (void *)bw_cgroup_move,
+	       .init			= (void *)bw_init,
+	       .exit			= (void *)bw_exit,
+	       .dump			= (void *)bw_dump,
+	       .dump_task		= (void *)bw_dump_task,
+	       .flags			= SCX_OPS_ENQ_LAST,
+	       .name			= "scx_bandwidth");

@@ -1,0 +1,369 @@
+//! Configuration files: one `[[group]]` table per limited cgroup.
+//!
+//! ```toml
+//! [[group]]
+//! cgroup = "workload/a"   # relative to the cgroup2 mount
+//! quota_us = 50000
+//! period_us = 100000      # default 100000
+//! burst_us = 0            # default 0
+//! ```
+//!
+//! Validation mirrors what the kernel accepts for `cpu.max` / `cpu.max.burst`
+//! (kernel/sched/core.c: tg_set_cfs_bandwidth): 1 ms <= period <= 1 s,
+//! quota >= 1 ms, burst <= quota, quota + burst below the kernel's maximum.
+//! Everything is checked before anything is applied, and every error names the
+//! file, the group and the field.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::bpf_intf;
+
+/// Kernel limits (µs).
+pub const MIN_PERIOD_US: u64 = 1_000;
+pub const MAX_PERIOD_US: u64 = 1_000_000;
+pub const DEFAULT_PERIOD_US: u64 = 100_000;
+pub const MIN_QUOTA_US: u64 = 1_000;
+/// The kernel's `max_cfs_quota_period`-independent ceiling on quota (and on
+/// quota + burst): MAX_BW = 2^44 - 1 µs (kernel/sched/core.c).
+pub const MAX_QUOTA_US: u64 = (1 << 44) - 1;
+
+/// Groups the BPF side has slots for.
+pub const MAX_GROUPS: usize = bpf_intf::bw_consts_BW_MAX_GROUPS as usize;
+/// Limited groups a task may sit under (itself and its ancestors).
+pub const MAX_CHAIN: usize = bpf_intf::bw_consts_BW_MAX_CHAIN as usize;
+
+/// One limited cgroup, validated. Times in µs, as written.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GroupConfig {
+    /// Path relative to the cgroup2 mount, normalised ("a/b", no slashes at
+    /// either end).
+    pub cgroup: String,
+    pub quota_us: u64,
+    pub period_us: u64,
+    pub burst_us: u64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Config {
+    pub groups: Vec<GroupConfig>,
+}
+
+/// A configuration error, already phrased for the user.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError(pub String);
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFile {
+    #[serde(default)]
+    group: Vec<RawGroup>,
+}
+
+/// Integers are read signed so that a negative value gets our message, not
+/// serde's "expected u64".
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawGroup {
+    cgroup: Option<String>,
+    quota_us: Option<i64>,
+    period_us: Option<i64>,
+    burst_us: Option<i64>,
+}
+
+/// Read and validate a configuration file.
+pub fn load(path: &Path) -> Result<Config, ConfigError> {
+    let file = path.display();
+    let bytes = std::fs::read(path).map_err(|e| ConfigError(format!("{file}: cannot read: {e}")))?;
+    let text = String::from_utf8(bytes)
+        .map_err(|e| ConfigError(format!("{file}: not UTF-8 text (byte {})", e.utf8_error().valid_up_to())))?;
+    parse(&text, &file.to_string())
+}
+
+/// Parse and validate configuration text; `origin` names it in errors.
+pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
+    let raw: RawFile = toml::from_str(text).map_err(|e| {
+        let msg = e.message().to_string();
+        match e.span() {
+            Some(span) => {
+                let line = text[..span.start.min(text.len())].matches('\n').count() + 1;
+                ConfigError(format!("{origin}:{line}: {msg}"))
+            }
+            None => ConfigError(format!("{origin}: {msg}")),
+        }
+    })?;
+    if raw.group.is_empty() {
+        return Err(ConfigError(format!(
+            "{origin}: defines no [[group]]; run without --config for no configured limits"
+        )));
+    }
+    if raw.group.len() > MAX_GROUPS {
+        return Err(ConfigError(format!(
+            "{origin}: {} groups, more than the {MAX_GROUPS} the scheduler can enforce",
+            raw.group.len()
+        )));
+    }
+
+    let mut groups = Vec::with_capacity(raw.group.len());
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    for (i, g) in raw.group.into_iter().enumerate() {
+        let n = i + 1;
+        let name = g.cgroup.clone().unwrap_or_default();
+        let at = |field: &str| format!("{origin}: group {n} (cgroup \"{name}\"): {field}");
+
+        let cgroup = match &g.cgroup {
+            None => return Err(ConfigError(format!("{origin}: group {n}: missing field `cgroup`"))),
+            Some(c) => normalize_cgroup(c).map_err(|why| ConfigError(format!("{}: {why}", at("cgroup"))))?,
+        };
+        let quota_us = match g.quota_us {
+            None => return Err(ConfigError(format!("{}", at("missing field `quota_us`")))),
+            Some(q) => range(q, MIN_QUOTA_US, MAX_QUOTA_US).map_err(|w| ConfigError(format!("{} = {q}: {w}", at("quota_us"))))?,
+        };
+        let period_us = match g.period_us {
+            None => DEFAULT_PERIOD_US,
+            Some(p) => range(p, MIN_PERIOD_US, MAX_PERIOD_US).map_err(|w| ConfigError(format!("{} = {p}: {w}", at("period_us"))))?,
+        };
+        let burst_us = match g.burst_us {
+            None => 0,
+            Some(b) => range(b, 0, quota_us).map_err(|w| {
+                ConfigError(format!("{} = {b}: {w} (burst may not exceed quota_us)", at("burst_us")))
+            })?,
+        };
+        if quota_us + burst_us > MAX_QUOTA_US {
+            return Err(ConfigError(format!(
+                "{}: quota_us + burst_us = {} exceeds the kernel maximum {MAX_QUOTA_US}",
+                at("burst_us"),
+                quota_us + burst_us
+            )));
+        }
+        if let Some(first) = seen.insert(cgroup.clone(), n) {
+            return Err(ConfigError(format!(
+                "{origin}: group {n} (cgroup \"{name}\"): cgroup: duplicate of group {first}"
+            )));
+        }
+        groups.push(GroupConfig { cgroup, quota_us, period_us, burst_us });
+    }
+
+    // A task is charged to every limited group above it; the BPF side keeps
+    // at most MAX_CHAIN of them per task.
+    for g in &groups {
+        let depth = groups.iter().filter(|a| is_ancestor_or_self(&a.cgroup, &g.cgroup)).count();
+        if depth > MAX_CHAIN {
+            return Err(ConfigError(format!(
+                "{origin}: cgroup \"{}\": {depth} limited groups on its path, more than {MAX_CHAIN}",
+                g.cgroup
+            )));
+        }
+    }
+    Ok(Config { groups })
+}
+
+fn range(v: i64, min: u64, max: u64) -> Result<u64, String> {
+    if v < 0 {
+        return Err(format!("must not be negative (allowed {min}..={max})"));
+    }
+    let v = v as u64;
+    if v < min || v > max {
+        return Err(format!("out of range (allowed {min}..={max})"));
+    }
+    Ok(v)
+}
+
+/// Normalise a cgroup path relative to the cgroup2 mount and refuse anything
+/// that could name a directory outside it or the root itself.
+pub fn normalize_cgroup(path: &str) -> Result<String, String> {
+    if path.starts_with('/') {
+        return Err(format!(
+            "\"{path}\" is absolute; give the path relative to the cgroup2 mount (e.g. \"workload/a\")"
+        ));
+    }
+    if path.chars().any(|c| c.is_control()) {
+        return Err(format!("{path:?} contains control characters"));
+    }
+    let mut parts = Vec::new();
+    for part in path.split('/') {
+        match part {
+            "" => continue,
+            "." | ".." => return Err(format!("\"{path}\" contains \"{part}\"; use a plain relative path")),
+            p => parts.push(p),
+        }
+    }
+    if parts.is_empty() {
+        return Err("names the root cgroup, which cannot be limited".into());
+    }
+    Ok(parts.join("/"))
+}
+
+/// True when `a` is `b` or one of its ancestors (normalised paths).
+pub fn is_ancestor_or_self(a: &str, b: &str) -> bool {
+    b == a || (b.starts_with(a) && b.as_bytes().get(a.len()) == Some(&b'/'))
+}
+
+impl GroupConfig {
+    pub fn path_under(&self, root: &Path) -> PathBuf {
+        root.join(&self.cgroup)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(text: &str) -> String {
+        parse(text, "t.toml").unwrap_err().0
+    }
+
+    fn group(body: &str) -> String {
+        format!("[[group]]\n{body}\n")
+    }
+
+    #[test]
+    fn parses_defaults() {
+        let c = parse(&group("cgroup = \"a//b/\"\nquota_us = 50000"), "t").unwrap();
+        assert_eq!(c.groups, vec![GroupConfig { cgroup: "a/b".into(), quota_us: 50000, period_us: 100000, burst_us: 0 }]);
+    }
+
+    #[test]
+    fn parses_all_fields() {
+        let c = parse(&group("cgroup = \"w/x\"\nquota_us = 1000\nperiod_us = 1000000\nburst_us = 1000"), "t").unwrap();
+        assert_eq!(c.groups[0], GroupConfig { cgroup: "w/x".into(), quota_us: 1000, period_us: 1_000_000, burst_us: 1000 });
+    }
+
+    #[test]
+    fn rejects_empty_and_comment_only() {
+        assert!(err("").contains("defines no [[group]]"));
+        assert!(err("# nothing\n").contains("defines no [[group]]"));
+    }
+
+    #[test]
+    fn rejects_unknown_keys() {
+        let e = err(&group("cgroup = \"a\"\nquota_us = 5000\nqouta = 1"));
+        assert!(e.contains("t.toml:4") && e.contains("unknown field `qouta`"), "{e}");
+        let e = err("[[groups]]\ncgroup = \"a\"\n");
+        assert!(e.contains("unknown field `groups`"), "{e}");
+    }
+
+    #[test]
+    fn rejects_missing_fields() {
+        assert!(err(&group("quota_us = 5000")).contains("group 1: missing field `cgroup`"));
+        assert!(err(&group("cgroup = \"a\"")).contains("group 1 (cgroup \"a\"): missing field `quota_us`"));
+    }
+
+    #[test]
+    fn rejects_malformed_values() {
+        let e = err(&group("cgroup = \"a\"\nquota_us = \"50000\""));
+        assert!(e.contains("t.toml:3") && e.contains("invalid type"), "{e}");
+        let e = err(&group("cgroup = 5\nquota_us = 5000"));
+        assert!(e.contains("t.toml:2") && e.contains("invalid type"), "{e}");
+        let e = err(&group("cgroup = \"a\"\nquota_us = 99999999999999999999"));
+        assert!(e.contains("t.toml:3"), "{e}");
+        let e = err("[[group]\n");
+        assert!(e.starts_with("t.toml:1"), "{e}");
+    }
+
+    #[test]
+    fn rejects_duplicate_keys_and_groups() {
+        let e = err(&group("cgroup = \"a\"\nquota_us = 5000\nquota_us = 6000"));
+        assert!(e.contains("t.toml:4") && e.contains("duplicate key"), "{e}");
+        let e = err(&(group("cgroup = \"a/b\"\nquota_us = 5000") + &group("cgroup = \"a//b/\"\nquota_us = 6000")));
+        assert!(e.contains("group 2 (cgroup \"a//b/\"): cgroup: duplicate of group 1"), "{e}");
+    }
+
+    #[test]
+    fn quota_limits() {
+        let e = err(&group("cgroup = \"a\"\nquota_us = 999"));
+        assert!(e.contains("group 1 (cgroup \"a\"): quota_us = 999: out of range (allowed 1000..="), "{e}");
+        let e = err(&group("cgroup = \"a\"\nquota_us = -5"));
+        assert!(e.contains("quota_us = -5: must not be negative"), "{e}");
+        let e = err(&group("cgroup = \"a\"\nquota_us = 9223372036854775807"));
+        assert!(e.contains("quota_us = 9223372036854775807: out of range"), "{e}");
+        assert!(parse(&group(&format!("cgroup = \"a\"\nquota_us = {MAX_QUOTA_US}")), "t").is_ok());
+    }
+
+    #[test]
+    fn period_limits() {
+        for bad in [0i64, 999, 1_000_001, -1] {
+            let e = err(&group(&format!("cgroup = \"a\"\nquota_us = 5000\nperiod_us = {bad}")));
+            assert!(e.contains(&format!("period_us = {bad}")), "{e}");
+        }
+        for ok in [1000, 1_000_000] {
+            assert!(parse(&group(&format!("cgroup = \"a\"\nquota_us = 5000\nperiod_us = {ok}")), "t").is_ok());
+        }
+    }
+
+    #[test]
+    fn burst_limits() {
+        let e = err(&group("cgroup = \"a\"\nquota_us = 5000\nburst_us = 5001"));
+        assert!(e.contains("burst_us = 5001: out of range (allowed 0..=5000) (burst may not exceed quota_us)"), "{e}");
+        let e = err(&group("cgroup = \"a\"\nquota_us = 5000\nburst_us = -1"));
+        assert!(e.contains("burst_us = -1: must not be negative"), "{e}");
+        let big = MAX_QUOTA_US - 10;
+        let e = err(&group(&format!("cgroup = \"a\"\nquota_us = {big}\nburst_us = {big}")));
+        assert!(e.contains("exceeds the kernel maximum"), "{e}");
+    }
+
+    #[test]
+    fn cgroup_paths() {
+        for (bad, why) in [
+            ("/sys/fs/cgroup/a", "is absolute"),
+            ("/a", "is absolute"),
+            ("a/../b", "contains \"..\""),
+            ("..", "contains \"..\""),
+            ("./a", "contains \".\""),
+            ("", "root cgroup"),
+            ("//", "is absolute"),
+            ("a/./b", "contains \".\""),
+            ("a\nb", "control characters"),
+        ] {
+            let e = err(&group(&format!("cgroup = {bad:?}\nquota_us = 5000")));
+            assert!(e.contains("cgroup: ") && e.contains(why), "{bad:?}: {e}");
+        }
+        assert_eq!(normalize_cgroup("a//b/").unwrap(), "a/b");
+    }
+
+    #[test]
+    fn nesting_depth_limit() {
+        let mut text = String::new();
+        let mut path = String::new();
+        for i in 0..=MAX_CHAIN {
+            if i > 0 {
+                path.push('/');
+            }
+            path.push_str(&format!("l{i}"));
+            text += &group(&format!("cgroup = \"{path}\"\nquota_us = 5000"));
+        }
+        let e = err(&text);
+        assert!(e.contains(&format!("{} limited groups on its path, more than {MAX_CHAIN}", MAX_CHAIN + 1)), "{e}");
+    }
+
+    #[test]
+    fn ancestry() {
+        assert!(is_ancestor_or_self("a", "a/b"));
+        assert!(is_ancestor_or_self("a/b", "a/b"));
+        assert!(!is_ancestor_or_self("a/b", "a/bc"));
+        assert!(!is_ancestor_or_self("a/b", "a"));
+    }
+
+    #[test]
+    fn load_reports_io_and_utf8() {
+        let dir = std::env::temp_dir().join(format!("scxbw-cfg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let missing = dir.join("missing.toml");
+        assert!(load(&missing).unwrap_err().0.contains("missing.toml: cannot read"));
+        let bin = dir.join("bin.toml");
+        std::fs::write(&bin, b"[[group]]\ncgroup = \"\xff\"\n").unwrap();
+        assert!(load(&bin).unwrap_err().0.contains("bin.toml: not UTF-8 text"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

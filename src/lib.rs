@@ -1,0 +1,17 @@
+//! scx_bandwidth: the Rust agent of a sched_ext scheduler that enforces cgroup
+//! CPU bandwidth limits (cpu.max semantics).
+//!
+//! - `config`: the TOML configuration and its validation;
+//! - `cgroups`: the cgroup2 mount and cgroup ids;
+//! - `pools`: the period timer and the refill rule;
+//! - `scheduler`: loading the BPF side and the agent's run loop;
+//! - `stats`: counters and the `--stats` report.
+
+pub mod bpf_intf;
+pub mod bpf_skel;
+pub mod cgroups;
+pub mod config;
+pub mod opts;
+pub mod pools;
+pub mod scheduler;
+pub mod stats;

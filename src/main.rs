@@ -1,0 +1,77 @@
+//! scx_bandwidth: command line → run loop. See lib.rs for the modules.
+
+use std::mem::MaybeUninit;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use clap::Parser;
+use log::{error, info};
+use scx_bandwidth::{cgroups, config, opts::Opts, scheduler::Scheduler};
+
+/// Exit code for bad input (configuration, command line): nothing attached.
+const EXIT_USAGE: u8 = 2;
+
+fn init_logging(verbose: u8) {
+    let level = if verbose > 0 { simplelog::LevelFilter::Debug } else { simplelog::LevelFilter::Info };
+    let cfg = simplelog::ConfigBuilder::new()
+        .set_time_level(simplelog::LevelFilter::Off)
+        .set_target_level(simplelog::LevelFilter::Off)
+        .set_thread_level(simplelog::LevelFilter::Off)
+        .set_location_level(simplelog::LevelFilter::Off)
+        .build();
+    let _ = simplelog::TermLogger::init(level, cfg, simplelog::TerminalMode::Stderr, simplelog::ColorChoice::Never);
+}
+
+fn main() -> ExitCode {
+    let opts = Opts::parse();
+    init_logging(opts.verbose);
+
+    // Everything the user gave us is checked before anything is loaded.
+    let config = match &opts.config {
+        Some(path) => match config::load(path) {
+            Ok(c) => c,
+            Err(e) => {
+                error!("{e}");
+                return ExitCode::from(EXIT_USAGE);
+            }
+        },
+        None => config::Config::default(),
+    };
+    let root = match cgroups::cgroup2_mount() {
+        Ok(r) => r,
+        Err(e) => {
+            error!("{e:#}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+
+    let shutdown = Arc::new(AtomicBool::new(false));
+    let flag = shutdown.clone();
+    if let Err(e) = ctrlc::set_handler(move || flag.store(true, Ordering::Relaxed)) {
+        error!("cannot install the signal handler: {e}");
+        return ExitCode::FAILURE;
+    }
+    scx_utils::try_set_rlimit_infinity();
+
+    let mut open_object = MaybeUninit::uninit();
+    loop {
+        let result = Scheduler::init(&opts, &config, root.clone(), &mut open_object)
+            .and_then(|mut sched| sched.run(shutdown.clone()));
+        match result {
+            // uei_report! already printed the exit reason; an error exit
+            // comes back as Err.
+            Ok(uei) => {
+                if uei.should_restart() && !shutdown.load(Ordering::Relaxed) {
+                    info!("the kernel asked for a restart; restarting");
+                    continue;
+                }
+                return ExitCode::SUCCESS;
+            }
+            Err(e) => {
+                error!("{e:#}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+}

@@ -1,0 +1,63 @@
+//! Command line.
+
+use std::path::PathBuf;
+
+use clap::Parser;
+
+/// Validate a microsecond option against an inclusive range.
+fn us_in(min: u64, max: u64) -> impl Fn(&str) -> Result<u64, String> + Clone {
+    move |s: &str| {
+        let v: u64 = s.trim().parse().map_err(|_| format!("\"{s}\" is not a whole number of microseconds"))?;
+        if v < min || v > max {
+            return Err(format!("{v} is out of range (allowed {min}..={max} µs)"));
+        }
+        Ok(v)
+    }
+}
+
+fn secs(s: &str) -> Result<f64, String> {
+    let v: f64 = s.trim().parse().map_err(|_| format!("\"{s}\" is not a number of seconds"))?;
+    if !(0.01..=86_400.0).contains(&v) {
+        return Err(format!("{v} is out of range (allowed 0.01..=86400 s)"));
+    }
+    Ok(v)
+}
+
+/// scx_bandwidth: a sched_ext scheduler that enforces cgroup CPU bandwidth
+/// limits (quota per period, like cpu.max) exactly and observably.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+pub struct Opts {
+    /// Limits to enforce: a TOML file with one [[group]] table per limited
+    /// cgroup (see configs/example.toml). Without it nothing is limited.
+    #[arg(short, long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
+    /// Runtime a CPU pulls from a group's pool at a time
+    /// (the kernel's sched_cfs_bandwidth_slice_us).
+    #[arg(long, default_value_t = 5000, value_name = "US", value_parser = us_in(100, 1_000_000))]
+    pub slice_us: u64,
+
+    /// Longest time slice a task runs before the CPU picks again (a limited
+    /// group's task also stops when its groups' runtime on the CPU runs out).
+    #[arg(long, default_value_t = 20000, value_name = "US", value_parser = us_in(100, 100_000))]
+    pub task_slice_us: u64,
+
+    /// Print per-group statistics every SECS seconds.
+    #[arg(long, value_name = "SECS", value_parser = secs)]
+    pub stats: Option<f64>,
+
+    /// Bytes of the kernel's debug dump to keep when the scheduler exits
+    /// with an error (0 = kernel default).
+    #[arg(long, default_value_t = 0)]
+    pub exit_dump_len: u32,
+
+    /// Keep the agent as an ordinary task instead of SCHED_FIFO (its timer
+    /// may then be delayed behind other work).
+    #[arg(long)]
+    pub no_realtime: bool,
+
+    /// More log output (repeat for libbpf debug output).
+    #[arg(short, long, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+}

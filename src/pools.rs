@@ -1,0 +1,149 @@
+//! The agent's half of bandwidth control: the period timer and the refill.
+//!
+//! Each limited group has a global pool of runtime that lives in BPF memory
+//! (`bw_groups[slot].runtime`, see src/bpf/intf.h). CPUs only take from it;
+//! the agent is the only one that adds to it, once per period of that group:
+//!
+//!   runtime = min(runtime + quota, quota + burst)            (fair.c: __refill_cfs_bandwidth_runtime)
+//!
+//! The period timer runs on absolute deadlines (start + k·period), so it does
+//! not drift. When the agent is late by several periods, the missed periods
+//! are counted (nr_periods, like the kernel's hrtimer overrun) but the pool is
+//! refilled once: the cap makes a double refill impossible anyway.
+
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::{Duration, Instant};
+
+/// The refill rule, in ns. `runtime` is what is left in the pool; the result
+/// never exceeds `quota + burst` and never overflows.
+pub fn refill(runtime: i64, quota: u64, burst: u64) -> i64 {
+    let cap = clamp_i64(quota.saturating_add(burst));
+    let quota = clamp_i64(quota);
+    runtime.max(0).saturating_add(quota).min(cap)
+}
+
+fn clamp_i64(v: u64) -> i64 {
+    v.min(i64::MAX as u64) as i64
+}
+
+/// Apply [`refill`] to a pool that BPF concurrently takes from.
+pub fn refill_shared(pool: &AtomicI64, quota: u64, burst: u64) -> i64 {
+    let mut cur = pool.load(Ordering::Acquire);
+    loop {
+        let new = refill(cur, quota, burst);
+        match pool.compare_exchange_weak(cur, new, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return new,
+            Err(seen) => cur = seen,
+        }
+    }
+}
+
+/// Absolute-deadline period timer of one group.
+#[derive(Clone, Debug)]
+pub struct PeriodTimer {
+    period: Duration,
+    next: Instant,
+}
+
+impl PeriodTimer {
+    /// First expiry one period after `start`.
+    pub fn new(period: Duration, start: Instant) -> Self {
+        Self { period, next: start + period }
+    }
+
+    pub fn deadline(&self) -> Instant {
+        self.next
+    }
+
+    pub fn period(&self) -> Duration {
+        self.period
+    }
+
+    /// If the timer expired at `now`, advance it past `now` and return how
+    /// many periods elapsed (1 when on time, more when the agent was late).
+    pub fn expire(&mut self, now: Instant) -> Option<u64> {
+        if now < self.next {
+            return None;
+        }
+        let late = now.duration_since(self.next).as_nanos();
+        let overrun = (late / self.period.as_nanos()) as u64 + 1;
+        self.next += self.period * overrun as u32;
+        Some(overrun)
+    }
+
+    /// How late `now` is relative to the deadline that expired (for the
+    /// agent's own timer-lateness statistic).
+    pub fn lateness(&self, now: Instant, overrun: u64) -> Duration {
+        let expired = self.next - self.period * overrun as u32;
+        now.saturating_duration_since(expired)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    #[test]
+    fn refill_without_burst_is_quota() {
+        assert_eq!(refill(0, 30 * MS, 0), 30 * MS as i64);
+        assert_eq!(refill(7 * MS as i64, 30 * MS, 0), 30 * MS as i64);
+        assert_eq!(refill(30 * MS as i64, 30 * MS, 0), 30 * MS as i64);
+    }
+
+    #[test]
+    fn refill_accumulates_up_to_burst() {
+        let (q, b) = (60 * MS, 60 * MS);
+        assert_eq!(refill(0, q, b), 60 * MS as i64);
+        assert_eq!(refill(20 * MS as i64, q, b), 80 * MS as i64);
+        assert_eq!(refill(60 * MS as i64, q, b), 120 * MS as i64);
+        assert_eq!(refill(120 * MS as i64, q, b), 120 * MS as i64);
+    }
+
+    #[test]
+    fn refill_never_overflows() {
+        assert_eq!(refill(i64::MAX, u64::MAX, u64::MAX), i64::MAX);
+        assert_eq!(refill(i64::MAX - 1, 10, 0), 10);
+        assert_eq!(refill(5, u64::MAX, 0), i64::MAX);
+        // A negative pool (never produced by BPF) is treated as empty.
+        assert_eq!(refill(-50, 10, 0), 10);
+    }
+
+    #[test]
+    fn refill_shared_is_the_same_rule() {
+        let pool = AtomicI64::new(10 * MS as i64);
+        assert_eq!(refill_shared(&pool, 30 * MS, 15 * MS), 40 * MS as i64);
+        assert_eq!(refill_shared(&pool, 30 * MS, 15 * MS), 45 * MS as i64);
+        assert_eq!(pool.load(Ordering::Relaxed), 45 * MS as i64);
+    }
+
+    #[test]
+    fn timer_is_absolute() {
+        let t0 = Instant::now();
+        let p = Duration::from_millis(100);
+        let mut t = PeriodTimer::new(p, t0);
+        assert_eq!(t.expire(t0 + Duration::from_millis(99)), None);
+        // Late by 30 ms: still one period, next deadline stays on the grid.
+        assert_eq!(t.expire(t0 + Duration::from_millis(130)), Some(1));
+        assert_eq!(t.deadline(), t0 + Duration::from_millis(200));
+        assert_eq!(t.expire(t0 + Duration::from_millis(200)), Some(1));
+        assert_eq!(t.deadline(), t0 + Duration::from_millis(300));
+    }
+
+    #[test]
+    fn late_timer_counts_missed_periods_and_refills_once() {
+        let t0 = Instant::now();
+        let p = Duration::from_millis(100);
+        let mut t = PeriodTimer::new(p, t0);
+        // Agent stalled from 100 ms to 450 ms: periods ending at 100, 200,
+        // 300, 400 all passed.
+        let overrun = t.expire(t0 + Duration::from_millis(450)).unwrap();
+        assert_eq!(overrun, 4);
+        assert_eq!(t.deadline(), t0 + Duration::from_millis(500));
+        assert_eq!(t.lateness(t0 + Duration::from_millis(450), overrun), Duration::from_millis(350));
+        // One refill for the whole overrun: capped at quota + burst.
+        assert_eq!(refill(0, 30 * MS, 10 * MS), 30 * MS as i64);
+        assert_eq!(t.expire(t0 + Duration::from_millis(460)), None);
+    }
+}

@@ -1,0 +1,350 @@
+//! Loading, attaching and running the BPF scheduler.
+//!
+//! The run loop is the agent's period timer: it sleeps until the earliest
+//! deadline among the groups' period timers, the cgroup poll and the stats
+//! report, then refills every group whose period ended (pools.rs) and asks BPF
+//! to unthrottle it (bw_unthrottle). The agent thread runs SCHED_FIFO, a class
+//! above sched_ext, so it is never queued behind the tasks it limits; BPF also
+//! exempts the agent's thread group from charging and parking.
+
+use std::mem::MaybeUninit;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use libbpf_rs::{MapCore, MapFlags, OpenObject, ProgramInput};
+use log::{info, warn};
+use scx_utils::{scx_ops_attach, scx_ops_load, scx_ops_open, uei_exited, uei_report, UserExitInfo};
+
+use crate::bpf_intf;
+use crate::bpf_skel::*;
+use crate::cgroups::{self, CgroupChange, CgroupWatch};
+use crate::config::{Config, GroupConfig};
+use crate::opts::Opts;
+use crate::pools::{self, PeriodTimer};
+use crate::stats::{GroupSample, StatsReport};
+
+/// How often configured cgroup paths are checked for appearing/vanishing.
+const CGROUP_POLL: Duration = Duration::from_millis(200);
+
+const NSEC_PER_USEC: u64 = 1_000;
+
+/// Agent-side state of one slot (index in bw_groups == index in the config).
+pub struct Group {
+    pub cfg: GroupConfig,
+    watch: CgroupWatch,
+    /// Running while the cgroup exists.
+    timer: Option<PeriodTimer>,
+    /// Periods elapsed / periods that ended throttled (cpu.stat definitions).
+    pub nr_periods: u64,
+    pub nr_throttled: u64,
+    /// bw_group.nr_parked at the last refill.
+    seen_parked: u64,
+}
+
+pub struct Scheduler<'a> {
+    skel: BpfSkel<'a>,
+    struct_ops: Option<libbpf_rs::Link>,
+    root: PathBuf,
+    groups: Vec<Group>,
+    stats_every: Option<Duration>,
+    report: StatsReport,
+}
+
+impl<'a> Scheduler<'a> {
+    pub fn init(
+        opts: &Opts,
+        config: &Config,
+        root: PathBuf,
+        open_object: &'a mut MaybeUninit<OpenObject>,
+    ) -> Result<Self> {
+        let mut builder = BpfSkelBuilder::default();
+        builder.obj_builder.debug(opts.verbose > 1);
+        let open_opts: Option<libbpf_rs::libbpf_sys::bpf_object_open_opts> = None;
+        let mut skel = scx_ops_open!(builder, open_object, bandwidth_ops, open_opts)?;
+
+        skel.struct_ops.bandwidth_ops_mut().exit_dump_len = opts.exit_dump_len;
+        let rodata = skel.maps.rodata_data.as_mut().unwrap();
+        rodata.bw_slice_ns = opts.slice_us * NSEC_PER_USEC;
+        rodata.task_slice_ns = opts.task_slice_us * NSEC_PER_USEC;
+        rodata.nr_cpu_ids = *scx_utils::NR_CPU_IDS as u32;
+        rodata.agent_tgid = std::process::id() as i32;
+
+        let skel = scx_ops_load!(skel, bandwidth_ops, uei)?;
+
+        let groups = config
+            .groups
+            .iter()
+            .map(|cfg| Group {
+                cfg: cfg.clone(),
+                watch: CgroupWatch::default(),
+                timer: None,
+                nr_periods: 0,
+                nr_throttled: 0,
+                seen_parked: 0,
+            })
+            .collect();
+        let mut sched = Self {
+            skel,
+            struct_ops: None,
+            root,
+            groups,
+            stats_every: opts.stats.map(Duration::from_secs_f64),
+            report: StatsReport::default(),
+        };
+        for slot in 0..sched.groups.len() {
+            sched.write_limits(slot);
+        }
+        // Apply limits of cgroups that exist before tasks are scheduled by us.
+        sched.poll_cgroups(Instant::now())?;
+
+        if !opts.no_realtime {
+            make_realtime();
+        }
+        sched.struct_ops = Some(scx_ops_attach!(sched.skel, bandwidth_ops)?);
+        info!(
+            "scx_bandwidth attached: {} configured group(s), slice {} us",
+            sched.groups.len(),
+            opts.slice_us
+        );
+        Ok(sched)
+    }
+
+    fn bss(&mut self) -> &mut types::bss {
+        self.skel.maps.bss_data.as_mut().unwrap()
+    }
+
+    fn bump_cfg_gen(&mut self) {
+        let data = self.skel.maps.data_data.as_mut().unwrap();
+        let gen = &raw mut data.bw_cfg_gen;
+        // SAFETY: bw_cfg_gen is a naturally aligned u64 in the mmapped .data.
+        unsafe { std::sync::atomic::AtomicU64::from_ptr(gen) }.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// The pool of `slot`, shared with BPF, as an atomic.
+    fn pool(&mut self, slot: usize) -> &AtomicI64 {
+        let g = &mut self.bss().bw_groups[slot];
+        // SAFETY: bw_group.runtime is an aligned i64 in the mmapped .bss that
+        // lives as long as the skeleton; all concurrent access is atomic.
+        unsafe { AtomicI64::from_ptr(&raw mut g.runtime) }
+    }
+
+    fn write_limits(&mut self, slot: usize) {
+        let cfg = self.groups[slot].cfg.clone();
+        let g = &mut self.bss().bw_groups[slot];
+        g.quota = cfg.quota_us * NSEC_PER_USEC;
+        g.period = cfg.period_us * NSEC_PER_USEC;
+        g.burst = cfg.burst_us * NSEC_PER_USEC;
+    }
+
+    /// Check every configured path; (re)apply limits to cgroups that appeared
+    /// or were re-created, release slots of removed ones.
+    fn poll_cgroups(&mut self, now: Instant) -> Result<()> {
+        let mut changed = false;
+        for slot in 0..self.groups.len() {
+            let rel = self.groups[slot].cfg.cgroup.clone();
+            let id = match cgroups::cgroup_id(&self.root, &rel) {
+                Ok(id) => id,
+                Err(e) => {
+                    warn!("{e:#}; not enforcing its limit");
+                    None
+                }
+            };
+            match self.groups[slot].watch.update(id) {
+                CgroupChange::Unchanged => continue,
+                CgroupChange::Appeared { cgid, old } => {
+                    if let Some(old) = old {
+                        self.unmap(old);
+                    }
+                    self.reset_slot(slot)?;
+                    let cfg = &self.groups[slot].cfg;
+                    let (q, b) = (cfg.quota_us * NSEC_PER_USEC, cfg.burst_us * NSEC_PER_USEC);
+                    self.pool(slot).store(pools::refill(0, q, b), Ordering::Release);
+                    self.bss().bw_groups[slot].cgid = cgid;
+                    self.skel
+                        .maps
+                        .cgid_slot
+                        .update(&cgid.to_ne_bytes(), &(slot as u32).to_ne_bytes(), MapFlags::ANY)
+                        .with_context(|| format!("mapping cgroup {rel}"))?;
+                    let g = &mut self.groups[slot];
+                    g.timer = Some(PeriodTimer::new(Duration::from_micros(g.cfg.period_us), now));
+                    info!(
+                        "cgroup {rel} (id {cgid}) {}: limit {} us per {} us, burst {} us",
+                        if old.is_some() { "re-created" } else { "found" },
+                        g.cfg.quota_us,
+                        g.cfg.period_us,
+                        g.cfg.burst_us
+                    );
+                }
+                CgroupChange::Removed { old } => {
+                    self.unmap(old);
+                    self.bss().bw_groups[slot].cgid = 0;
+                    self.groups[slot].timer = None;
+                    self.reset_slot(slot)?;
+                    info!("cgroup {rel} removed; its limit applies again when it reappears");
+                }
+            }
+            changed = true;
+        }
+        if changed {
+            self.bump_cfg_gen();
+        }
+        Ok(())
+    }
+
+    fn unmap(&mut self, cgid: u64) {
+        let _ = self.skel.maps.cgid_slot.delete(&cgid.to_ne_bytes());
+    }
+
+    fn reset_slot(&mut self, slot: usize) -> Result<()> {
+        let mut args = bpf_intf::bw_reset_args { slot: slot as u32, pad: 0 };
+        run_syscall(&self.skel.progs.bw_reset_slot, &mut args).context("bw_reset_slot")?;
+        Ok(())
+    }
+
+    /// Period timer expiry for `slot`: count the periods, refill the pool
+    /// once and release the group's parked tasks.
+    fn refill(&mut self, slot: usize, overrun: u64) -> Result<()> {
+        let (throttled, parked) = {
+            let g = &self.bss().bw_groups[slot];
+            // SAFETY: plain reads of fields BPF updates concurrently.
+            unsafe { (std::ptr::read_volatile(&g.throttled), std::ptr::read_volatile(&g.nr_parked)) }
+        };
+        let cfg = &self.groups[slot].cfg;
+        let (q, b) = (cfg.quota_us * NSEC_PER_USEC, cfg.burst_us * NSEC_PER_USEC);
+        pools::refill_shared(self.pool(slot), q, b);
+
+        let g = &mut self.groups[slot];
+        g.nr_periods += overrun;
+        if throttled != 0 {
+            g.nr_throttled += overrun;
+        }
+        if throttled != 0 || parked != g.seen_parked {
+            g.seen_parked = parked;
+            let mut args = bpf_intf::bw_unthrottle_args { slot: slot as u32, pad: 0, nr_released: 0 };
+            run_syscall(&self.skel.progs.bw_unthrottle, &mut args).context("bw_unthrottle")?;
+        }
+        Ok(())
+    }
+
+    fn exited(&mut self) -> bool {
+        uei_exited!(&self.skel, uei)
+    }
+
+    /// The agent's event loop until shutdown or a scheduler exit.
+    pub fn run(&mut self, shutdown: Arc<AtomicBool>) -> Result<UserExitInfo> {
+        let start = Instant::now();
+        let mut next_poll = start + CGROUP_POLL;
+        let mut next_stats = self.stats_every.map(|d| start + d);
+        let first = self.sample();
+        self.report.reset(first, start);
+
+        while !shutdown.load(Ordering::Relaxed) && !self.exited() {
+            let now = Instant::now();
+            for slot in 0..self.groups.len() {
+                let expired = self.groups[slot].timer.as_mut().and_then(|t| t.expire(now));
+                if let Some(overrun) = expired {
+                    self.refill(slot, overrun)?;
+                }
+            }
+            if now >= next_poll {
+                self.poll_cgroups(now)?;
+                next_poll = now + CGROUP_POLL;
+            }
+            if let (Some(at), Some(every)) = (next_stats, self.stats_every) {
+                if now >= at {
+                    let sample = self.sample();
+                    print!("{}", self.report.format(&sample, now));
+                    self.report.reset(sample, now);
+                    next_stats = Some(at + every);
+                }
+            }
+
+            let mut wake = next_poll.min(now + Duration::from_millis(100));
+            if let Some(at) = next_stats {
+                wake = wake.min(at);
+            }
+            for g in &self.groups {
+                if let Some(t) = &g.timer {
+                    wake = wake.min(t.deadline());
+                }
+            }
+            let now = Instant::now();
+            if wake > now {
+                std::thread::sleep(wake - now);
+            }
+        }
+
+        self.struct_ops.take();
+        uei_report!(&self.skel, uei)
+    }
+
+    /// Current statistics of every group and the global counters.
+    pub fn sample(&mut self) -> GroupSample {
+        let mut s = GroupSample::default();
+        let bss = self.skel.maps.bss_data.as_ref().unwrap();
+        for (slot, g) in self.groups.iter().enumerate() {
+            // SAFETY: a volatile copy of a plain-old-data struct BPF updates.
+            let b = unsafe { std::ptr::read_volatile(&bss.bw_groups[slot]) };
+            s.groups.push(crate::stats::GroupStats {
+                cgroup: g.cfg.cgroup.clone(),
+                present: g.timer.is_some(),
+                quota_us: g.cfg.quota_us,
+                period_us: g.cfg.period_us,
+                burst_us: g.cfg.burst_us,
+                usage_ns: b.usage,
+                nr_periods: g.nr_periods,
+                nr_throttled: g.nr_throttled,
+                throttled_ns: b.throttled_time,
+                pool_ns: b.runtime,
+            });
+        }
+        s.counters = read_counters(&self.skel.maps.bw_stats);
+        s
+    }
+}
+
+/// Run one of the BPF `SEC("syscall")` programs with `args` as its context
+/// (the kernel copies the context back, so outputs land in `args`).
+fn run_syscall<T>(prog: &libbpf_rs::ProgramMut, args: &mut T) -> Result<()> {
+    // SAFETY: T is a repr(C) bindgen struct; the slice covers exactly it.
+    let ctx = unsafe { std::slice::from_raw_parts_mut(args as *mut T as *mut u8, std::mem::size_of::<T>()) };
+    let out = prog.test_run(ProgramInput { context_in: Some(ctx), ..Default::default() })?;
+    let ret = out.return_value as i32;
+    if ret != 0 {
+        anyhow::bail!("returned {ret}");
+    }
+    Ok(())
+}
+
+/// Sum the per-CPU global counters.
+fn read_counters(map: &libbpf_rs::Map) -> Vec<u64> {
+    (0..bpf_intf::bw_stat_idx_BW_NR_STATS)
+        .map(|idx| {
+            map.lookup_percpu(&idx.to_ne_bytes(), MapFlags::ANY)
+                .ok()
+                .flatten()
+                .map(|cpus| {
+                    cpus.iter()
+                        .map(|v| u64::from_ne_bytes(v[..8].try_into().unwrap()))
+                        .sum()
+                })
+                .unwrap_or(0)
+        })
+        .collect()
+}
+
+/// Put the agent in SCHED_FIFO so its timer never waits behind workload tasks.
+fn make_realtime() {
+    let param = libc::sched_param { sched_priority: 1 };
+    // SAFETY: plain syscall on this thread with a valid parameter.
+    let ret = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
+    if ret != 0 {
+        warn!(
+            "cannot make the agent SCHED_FIFO ({}); its period timer may run late under load",
+            std::io::Error::last_os_error()
+        );
+    }
+}
