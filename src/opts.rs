@@ -40,7 +40,7 @@ pub struct Opts {
 
     /// Longest time slice a task runs before the CPU picks again (a limited
     /// group's task also stops when its groups' runtime on the CPU runs out).
-    #[arg(long, default_value_t = 20000, value_name = "US", value_parser = us_in(100, 100_000))]
+    #[arg(long, default_value_t = 5000, value_name = "US", value_parser = us_in(100, 100_000))]
     pub task_slice_us: u64,
 
     /// Print per-group statistics every SECS seconds.

@@ -63,7 +63,7 @@ struct {
 struct task_ctx {
 	/* The chain below is valid while gen == bw_cfg_gen. */
 	u64 gen;
-	/* Last time this task's runtime was charged (running, tick, stopping). */
+	/* p->se.sum_exec_runtime when this task was last charged. */
 	u64 last_charge;
 	u32 nr_chain;
 	u32 chain[BW_MAX_CHAIN];

@@ -25,7 +25,7 @@
 char _license[] SEC("license") = "GPL";
 
 /* Time slice of a task when its groups do not cap it. */
-const volatile u64 task_slice_ns = 20ULL * 1000 * 1000;
+const volatile u64 task_slice_ns = 5ULL * 1000 * 1000;
 
 /* Largest vtime of any task that started running: the queue's "now". */
 static u64 vtime_now;
@@ -38,12 +38,15 @@ static __always_inline bool vtime_before(u64 a, u64 b)
 }
 
 /*
- * Charge the time since the last charge: to the task's vtime, scaled by its
- * weight, and to its limited groups. Returns false when a group throttled.
+ * Charge the CPU time used since the last charge: to the task's vtime, scaled
+ * by its weight, and to its limited groups. Returns false when a group
+ * throttled. The time is the kernel's own sum_exec_runtime, freshly updated
+ * before ops.tick and ops.stopping: exactly what cgroup cpu.stat usage_usec
+ * counts, so what we enforce is what users measure.
  */
 static bool charge(struct task_struct *p, struct task_ctx *tctx)
 {
-	u64 now = bpf_ktime_get_ns();
+	u64 now = p->se.sum_exec_runtime;
 	u64 delta = now - tctx->last_charge;
 
 	tctx->last_charge = now;
@@ -169,7 +172,7 @@ void BPF_STRUCT_OPS(bw_running, struct task_struct *p)
 	if (!tctx)
 		return;
 
-	tctx->last_charge = bpf_ktime_get_ns();
+	tctx->last_charge = p->se.sum_exec_runtime;
 	bw_refresh_chain(p, tctx);
 	if (!tctx->nr_chain)
 		return;
