@@ -1,0 +1,107 @@
+//! scxbw-guest: workloads and the scenario runner for scx_bandwidth's VM tests. One static
+//! binary so the test initramfs needs nothing else: the runner re-executes itself (`hog`,
+//! `duty`) to put workloads into cgroups.
+
+mod args;
+mod cgroup;
+mod phases;
+mod runner;
+mod scenarios;
+mod sched;
+mod workload;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+const USAGE: &str = "\
+usage: scxbw-guest hog --threads N --seconds S [--cgroup REL] [--pin CPU]
+       scxbw-guest duty --threads N --burn-ms X --sleep-ms Y --seconds S [--cgroup REL] [--pin CPU]
+       scxbw-guest scenarios [--sched PATH] [--only NAME,NAME] [--list] [--cfs]
+
+  --cgroup REL   path relative to /sys/fs/cgroup, joined before any thread starts
+  --sched PATH   scheduler binary (default /bin/scx_bandwidth), run as
+                 PATH --config FILE --stats 1
+  --cfs          no scheduler: apply the limits through cpu.max (kernel CFS bandwidth
+                 control), for comparison; scenarios that need the scheduler are skipped";
+
+/// Why a command failed: bad arguments (exit 2, with usage) or a runtime error (exit 1).
+enum Fail {
+    Usage(String),
+    Run(String),
+}
+
+fn scenarios(argv: &[String]) -> Result<bool, Fail> {
+    let p = args::parse(argv, &["sched", "only"], &["list", "cfs"]).map_err(Fail::Usage)?;
+    let all = scenarios::all();
+    if p.switch("list") {
+        for s in &all {
+            let note = if s.needs_sched {
+                " [needs scheduler]"
+            } else {
+                ""
+            };
+            println!("{:<18} {}{note}", s.name, s.about);
+        }
+        return Ok(true);
+    }
+    let selected: Vec<&scenarios::Scenario> = match p.str("only") {
+        None => all.iter().collect(),
+        Some(list) => {
+            let mut v = Vec::new();
+            for name in list.split(',').filter(|n| !n.is_empty()) {
+                let s = all.iter().find(|s| s.name == name).ok_or_else(|| {
+                    Fail::Usage(format!("unknown scenario '{name}' (see --list)"))
+                })?;
+                v.push(s);
+            }
+            v
+        }
+    };
+    let opts = runner::Opts {
+        sched: PathBuf::from(p.str("sched").unwrap_or("/bin/scx_bandwidth")),
+        cfs: p.switch("cfs"),
+    };
+    if !opts.cfs && !opts.sched.is_file() {
+        return Err(Fail::Usage(format!(
+            "scheduler binary {} not found (pass --sched PATH, or --cfs)",
+            opts.sched.display()
+        )));
+    }
+    Ok(runner::run_all(&selected, &opts))
+}
+
+fn main() -> ExitCode {
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    let (cmd, rest) = match argv.split_first() {
+        Some((c, r)) => (c.as_str(), r),
+        None => ("", &[][..]),
+    };
+    let r = match cmd {
+        "hog" => workload::hog_args(rest)
+            .map_err(Fail::Usage)
+            .and_then(|a| workload::hog(a).map_err(Fail::Run))
+            .map(|_| true),
+        "duty" => workload::duty_args(rest)
+            .map_err(Fail::Usage)
+            .and_then(|a| workload::duty(a).map_err(Fail::Run))
+            .map(|_| true),
+        "scenarios" => scenarios(rest),
+        "-h" | "--help" | "help" => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        _ => Err(Fail::Usage(format!("unknown command '{cmd}'"))),
+    };
+    match r {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(Fail::Usage(e)) => {
+            eprintln!("scxbw-guest {cmd}: {e}\n{USAGE}");
+            ExitCode::from(2)
+        }
+        Err(Fail::Run(e)) => {
+            eprintln!("scxbw-guest {cmd}: {e}");
+            ExitCode::from(1)
+        }
+    }
+}

@@ -1,0 +1,528 @@
+//! Runs scenarios: scheduler lifecycle (or cpu.max in --cfs mode), cgroups, workloads,
+//! measurement, checks, cleanup, and the one-line verdict per scenario.
+
+use crate::cgroup;
+use crate::scenarios::{render_config, Body, Scenario, Work, Workload};
+use crate::sched::{self, Kmsg, Sched};
+use crate::workload::mono_ns;
+use std::fs::File;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+/// Time for throttling to reach its steady state before measuring.
+pub const WARMUP: Duration = Duration::from_secs(1);
+/// Measurement window: a whole number of every period used (50 ms, 100 ms), so a window
+/// starting at any phase of the throttling cycle contains the same number of refills.
+pub const WINDOW: Duration = Duration::from_secs(4);
+/// Phase workloads run "forever" and are killed by the runner; this only bounds a leak.
+pub const PHASE_WORK_S: u64 = 60;
+
+pub struct Opts {
+    pub sched: PathBuf,
+    /// Apply limits through cpu.max and the kernel's CFS bandwidth control, no scheduler.
+    pub cfs: bool,
+}
+
+struct Running {
+    label: String,
+    log: PathBuf,
+    child: Option<Child>,
+}
+
+/// What a scenario body can do; also owns everything that cleanup must undo.
+pub struct Ctx<'a> {
+    name: &'static str,
+    opts: &'a Opts,
+    sched: Option<Sched>,
+    /// The scheduler's log, kept after it stopped for failure reports.
+    sched_log: Option<PathBuf>,
+    works: Vec<Running>,
+    figures: Vec<(String, String)>,
+    failures: Vec<String>,
+}
+
+impl<'a> Ctx<'a> {
+    /// Records `key=value` for the verdict line (first value wins for a repeated key).
+    pub fn figure(&mut self, key: impl Into<String>, value: impl ToString) {
+        let key = key.into();
+        if !self.figures.iter().any(|(k, _)| *k == key) {
+            self.figures.push((key, value.to_string()));
+        }
+    }
+
+    /// A failed check: the scenario goes on (to report all figures) but will FAIL.
+    pub fn fail(&mut self, reason: impl Into<String>) {
+        self.failures.push(reason.into());
+    }
+
+    /// Starts `w` as a child process that runs for `seconds`, and waits until it has moved
+    /// itself into its cgroup so measurements never include its time outside. Returns a
+    /// handle for `wait_workload`.
+    pub fn spawn(&mut self, w: &Workload, seconds: u64) -> Result<usize, String> {
+        let idx = self.works.len();
+        let (label, mut args) = match &w.work {
+            Work::Hog { threads } => (
+                "hog",
+                vec!["hog".to_string(), "--threads".into(), threads.to_string()],
+            ),
+            Work::Duty {
+                threads,
+                burn_ms,
+                sleep_ms,
+            } => (
+                "duty",
+                [
+                    "duty",
+                    "--threads",
+                    &threads.to_string(),
+                    "--burn-ms",
+                    &burn_ms.to_string(),
+                    "--sleep-ms",
+                    &sleep_ms.to_string(),
+                ]
+                .map(String::from)
+                .to_vec(),
+            ),
+        };
+        args.extend([
+            "--seconds".into(),
+            seconds.to_string(),
+            "--cgroup".into(),
+            w.cgroup.into(),
+        ]);
+        let label = format!("w{idx}-{label}-{}", short(w.cgroup));
+        let log = PathBuf::from(format!("/tmp/{}.{label}.log", self.name));
+        let out = File::create(&log).map_err(|e| format!("create {}: {e}", log.display()))?;
+        let err = out.try_clone().map_err(|e| e.to_string())?;
+        let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("/proc/self/exe"));
+        let child = Command::new(exe)
+            .args(&args)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .map_err(|e| format!("spawn {label}: {e}"))?;
+        let pid = child.id();
+        self.works.push(Running {
+            label: label.clone(),
+            log,
+            child: Some(child),
+        });
+        let want = w.cgroup.trim_matches('/');
+        if !sched::wait_for(Duration::from_secs(5), || {
+            cgroup::cgroup_of(pid).as_deref() == Some(want)
+        }) {
+            return Err(format!(
+                "{label} did not join {want} (now in {:?})",
+                cgroup::cgroup_of(pid)
+            ));
+        }
+        Ok(idx)
+    }
+
+    /// Workloads started so far; the handle the next `spawn` will return.
+    pub fn nr_workloads(&self) -> usize {
+        self.works.len()
+    }
+
+    /// Output (stdout + stderr) of a workload so far, e.g. for `workload::parse_duty`.
+    #[allow(dead_code)] // for latency scenarios (burst, slack) still to come
+    pub fn output(&self, idx: usize) -> String {
+        std::fs::read_to_string(&self.works[idx].log).unwrap_or_default()
+    }
+
+    /// The scheduler's pid while it runs (to SIGSTOP it, etc.).
+    #[allow(dead_code)] // for agent-failure scenarios still to come
+    pub fn sched_pid(&self) -> Option<u32> {
+        self.sched.as_ref().and_then(Sched::pid)
+    }
+
+    /// Waits up to `timeout` for a workload to exit on its own.
+    pub fn wait_workload(&mut self, idx: usize, timeout: Duration) -> Result<ExitStatus, String> {
+        let r = &mut self.works[idx];
+        let child = r
+            .child
+            .as_mut()
+            .ok_or_else(|| format!("{} already reaped", r.label))?;
+        let mut st = None;
+        sched::wait_for(timeout, || {
+            st = child.try_wait().ok().flatten();
+            st.is_some()
+        });
+        match st {
+            Some(s) => {
+                r.child = None;
+                Ok(s)
+            }
+            None => Err(format!(
+                "{} still running after {:.1}s",
+                r.label,
+                timeout.as_secs_f64()
+            )),
+        }
+    }
+
+    /// CPUs used by each cgroup over `window` (Δusage_usec / Δ CLOCK_MONOTONIC). Each
+    /// cgroup's timestamp is taken around its own cpu.stat read, so a delayed runner only
+    /// shifts the window, it does not distort the ratio.
+    pub fn measure(&mut self, cgroups: &[&str], window: Duration) -> Result<Vec<f64>, String> {
+        let sample = || -> Result<Vec<(u64, u64)>, String> {
+            cgroups
+                .iter()
+                .map(|c| {
+                    let a = mono_ns();
+                    let u = cgroup::read_usage_usec(c)?;
+                    Ok(((a + mono_ns()) / 2, u))
+                })
+                .collect()
+        };
+        let s0 = sample()?;
+        sleep_until_mono(s0[0].0 + window.as_nanos() as u64);
+        let s1 = sample()?;
+        Ok(s0
+            .iter()
+            .zip(&s1)
+            .map(|((t0, u0), (t1, u1))| (u1 - u0) as f64 * 1e3 / (t1 - t0) as f64)
+            .collect())
+    }
+
+    /// With the scheduler attached, every thread of the workloads started at or after `from`
+    /// must be in the ext class; otherwise the figures would measure the fair class.
+    pub fn check_on_scx(&mut self, from: usize) {
+        if self.sched.is_none() {
+            return;
+        }
+        let mut off = Vec::new();
+        for r in &self.works[from..] {
+            if let Some(c) = &r.child {
+                if sched::on_scx(c.id()) == Some(false) {
+                    off.push(r.label.clone());
+                }
+            }
+        }
+        if !off.is_empty() {
+            self.fail(format!("not scheduled by sched_ext: {}", off.join(",")));
+        }
+    }
+
+    /// Scheduler alive and enabled (always true in --cfs mode).
+    pub fn healthy(&mut self) -> Result<(), String> {
+        match &mut self.sched {
+            Some(s) => s.healthy(),
+            None => Ok(()),
+        }
+    }
+
+    /// SIGINT the scheduler and require a clean detach; records `detach_ms`. A no-op in
+    /// --cfs mode. The runner calls this after the body unless the body already did.
+    pub fn stop_sched(&mut self) -> Result<(), String> {
+        let Some(mut s) = self.sched.take() else {
+            return Ok(());
+        };
+        let t = Instant::now();
+        let r = s.stop();
+        self.figure("detach_ms", t.elapsed().as_millis());
+        r
+    }
+}
+
+fn sleep_until_mono(target_ns: u64) {
+    let ts = libc::timespec {
+        tv_sec: (target_ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (target_ns % 1_000_000_000) as libc::c_long,
+    };
+    // Absolute sleep: no drift from the time spent reading cpu.stat. Retry on EINTR.
+    // SAFETY: valid timespec; null remainder is allowed with TIMER_ABSTIME.
+    while unsafe {
+        libc::clock_nanosleep(
+            libc::CLOCK_MONOTONIC,
+            libc::TIMER_ABSTIME,
+            &ts,
+            std::ptr::null_mut(),
+        )
+    } == libc::EINTR
+    {}
+}
+
+/// "t/p/x" -> "p.x": figure-key prefix for a cgroup.
+pub fn short(cg: &str) -> String {
+    cg.trim_matches('/')
+        .strip_prefix("t/")
+        .unwrap_or(cg)
+        .replace('/', ".")
+}
+
+/// Top-level components of `cgroups` ("t" for "t/a", "t/p/x"): the trees to remove.
+fn tops<'s>(cgroups: &[&'s str]) -> Vec<&'s str> {
+    let mut v: Vec<&str> = Vec::new();
+    for c in cgroups {
+        let top = c.trim_matches('/').split('/').next().unwrap_or("");
+        if !top.is_empty() && !v.contains(&top) {
+            v.push(top);
+        }
+    }
+    v
+}
+
+impl<'a> Ctx<'a> {
+    fn new(name: &'static str, opts: &'a Opts) -> Self {
+        Ctx {
+            name,
+            opts,
+            sched: None,
+            sched_log: None,
+            works: vec![],
+            figures: vec![],
+            failures: vec![],
+        }
+    }
+
+    /// Errors for workloads started at or after `from` that are no longer running: a
+    /// workload that died early would make any usage figure meaningless.
+    pub fn exited_works(&mut self, from: usize) -> Vec<String> {
+        let mut errs = Vec::new();
+        for r in &mut self.works[from..] {
+            if let Some(c) = &mut r.child {
+                if let Ok(Some(st)) = c.try_wait() {
+                    errs.push(format!(
+                        "{} exited early ({})",
+                        r.label,
+                        sched::describe(st)
+                    ));
+                    r.child = None;
+                }
+            }
+        }
+        errs
+    }
+
+    pub fn kill_works(&mut self, from: usize) {
+        for r in &mut self.works[from..] {
+            if let Some(mut c) = r.child.take() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+
+    /// Undo everything, whatever state the body left behind. Anything that cannot be undone
+    /// fails the scenario, since it would also spoil the ones after it.
+    fn cleanup(&mut self, sc: &Scenario) {
+        if let Some(mut s) = self.sched.take() {
+            s.kill(); // only reached when the body failed before its clean stop
+        }
+        if let Some(st) = sched::state() {
+            if !sched::wait_for(sched::ATTACH_TIMEOUT, || {
+                sched::state().as_deref() == Some("disabled")
+            }) {
+                self.fail(format!(
+                    "sched_ext still '{st}' after killing the scheduler"
+                ));
+            }
+        }
+        self.kill_works(0);
+        for top in tops(&sc.all_cgroups()) {
+            if let Err(e) = cgroup::remove_tree(top) {
+                self.fail(e);
+            }
+        }
+    }
+
+    /// Log excerpts for a failed scenario, as '#' lines before its verdict.
+    fn report(&self, kmsg: &mut Kmsg) {
+        if let Some(log) = &self.sched_log {
+            println!(
+                "# --- {}: scheduler log {} (tail)",
+                self.name,
+                log.display()
+            );
+            for l in sched::excerpt_file(log, 10, 30) {
+                println!("#   {l}");
+            }
+        }
+        let k = kmsg.tail(40);
+        if !k.is_empty() {
+            println!(
+                "# --- {}: kernel messages during the scenario (tail)",
+                self.name
+            );
+            for l in k {
+                println!("#   {l}");
+            }
+        }
+        for r in &self.works {
+            let t = sched::excerpt_file(&r.log, 0, 10);
+            if !t.is_empty() {
+                println!("# --- {}: {} output (tail)", self.name, r.label);
+                for l in t {
+                    println!("#   {l}");
+                }
+            }
+        }
+    }
+}
+
+/// Runs `list` in order, one verdict line each, then the summary line. True if none failed.
+pub fn run_all(list: &[&Scenario], opts: &Opts) -> bool {
+    let (mut passed, mut failed, mut skipped) = (0, 0, Vec::new());
+    for sc in list {
+        match run_one(sc, opts) {
+            Some(true) => passed += 1,
+            Some(false) => failed += 1,
+            None => skipped.push(sc.name),
+        }
+    }
+    if !skipped.is_empty() {
+        println!("skipped: {}", skipped.join(","));
+    }
+    println!("scenarios: {passed} passed, {failed} failed");
+    failed == 0
+}
+
+/// Some(pass) or None when skipped. Errors and panics inside the scenario are failures.
+fn run_one(sc: &Scenario, opts: &Opts) -> Option<bool> {
+    if opts.cfs && sc.needs_sched {
+        println!(
+            "SCENARIO {} SKIP reason=needs the scheduler (--cfs mode)",
+            sc.name
+        );
+        return None;
+    }
+    let mut kmsg = Kmsg::from_now();
+    let t0 = Instant::now();
+    let mut ctx = Ctx::new(sc.name, opts);
+    match catch_unwind(AssertUnwindSafe(|| execute(&mut ctx, sc))) {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => ctx.fail(e),
+        Err(p) => {
+            let msg = p
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            ctx.fail(format!("panic: {msg}"));
+        }
+    }
+    ctx.cleanup(sc);
+    ctx.figure("run_s", format!("{:.1}", t0.elapsed().as_secs_f64()));
+    let ok = ctx.failures.is_empty();
+    if !ok {
+        ctx.report(&mut kmsg);
+    }
+    let mut line = format!("SCENARIO {} {}", sc.name, if ok { "PASS" } else { "FAIL" });
+    for (k, v) in &ctx.figures {
+        line += &format!(" {k}={v}");
+    }
+    if !ok {
+        line += &format!(" reason={}", ctx.failures.join("; ").replace('\n', " "));
+    }
+    println!("{line}");
+    Some(ok)
+}
+
+fn execute(ctx: &mut Ctx, sc: &Scenario) -> Result<(), String> {
+    let cgs = sc.all_cgroups();
+    for top in tops(&cgs) {
+        cgroup::remove_tree(top)?; // leftovers of an interrupted earlier run
+    }
+    if let Some(st) = sched::state() {
+        if st != "disabled" {
+            return Err(format!("sched_ext is '{st}' before the scenario started"));
+        }
+    }
+    if !ctx.opts.cfs {
+        let cfg = PathBuf::from(format!("/tmp/{}.toml", sc.name));
+        std::fs::write(&cfg, render_config(sc.name, &sc.limits))
+            .map_err(|e| format!("write {}: {e}", cfg.display()))?;
+        let log = PathBuf::from(format!("/tmp/{}.sched.log", sc.name));
+        ctx.sched_log = Some(log.clone());
+        let t = Instant::now();
+        let cfg = (!sc.limits.is_empty()).then_some(cfg.as_path());
+        let mut s = Sched::start(Path::new(&ctx.opts.sched), cfg, &log)?;
+        let attached = s.wait_attached();
+        ctx.sched = Some(s);
+        attached?;
+        ctx.figure("attach_ms", t.elapsed().as_millis());
+    }
+    // After attaching, as in production: the scheduler must pick up cgroups (and their
+    // configured limits) that appear while it runs.
+    cgroup::create_tree(&cgs)?;
+    if ctx.opts.cfs {
+        for l in &sc.limits {
+            cgroup::write_cpu_max(l.cgroup, l.quota_us, l.period_us)?;
+            if l.burst_us > 0 {
+                cgroup::write_cpu_max_burst(l.cgroup, l.burst_us)?;
+            }
+        }
+    }
+    match &sc.body {
+        Body::Phases(phases, cross) => crate::phases::run(ctx, sc, phases, cross)?,
+        Body::Custom(f) => f(ctx)?,
+    }
+    ctx.healthy()?;
+    ctx.stop_sched()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scenarios::Scenario;
+
+    #[test]
+    fn names() {
+        assert_eq!(short("t/p/x"), "p.x");
+        assert_eq!(short("t/a"), "a");
+        assert_eq!(tops(&["t/a", "t/p/x", "u"]), vec!["t", "u"]);
+    }
+
+    fn custom(
+        name: &'static str,
+        needs_sched: bool,
+        f: fn(&mut Ctx) -> Result<(), String>,
+    ) -> Scenario {
+        Scenario {
+            name,
+            about: "",
+            needs_sched,
+            limits: vec![],
+            cgroups: vec![],
+            body: Body::Custom(f),
+        }
+    }
+
+    /// Errors, failed checks and panics inside a scenario are FAILs, not aborts. (No
+    /// cgroups and --cfs: runs on any host.)
+    #[test]
+    fn failures_are_contained() {
+        if sched::state().is_some_and(|s| s != "disabled") {
+            eprintln!("skipped: a sched_ext scheduler is attached on this host");
+            return;
+        }
+        let opts = Opts {
+            sched: PathBuf::from("/nonexistent"),
+            cfs: true,
+        };
+        assert_eq!(run_one(&custom("ok", false, |_| Ok(())), &opts), Some(true));
+        assert_eq!(
+            run_one(&custom("err", false, |_| Err("broken".into())), &opts),
+            Some(false)
+        );
+        assert_eq!(
+            run_one(
+                &custom("chk", false, |c| {
+                    c.fail("bad");
+                    Ok(())
+                }),
+                &opts
+            ),
+            Some(false)
+        );
+        assert_eq!(
+            run_one(&custom("boom", false, |_| panic!("boom")), &opts),
+            Some(false)
+        );
+        assert_eq!(run_one(&custom("skip", true, |_| Ok(())), &opts), None);
+    }
+}

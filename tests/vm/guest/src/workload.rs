@@ -1,0 +1,269 @@
+//! CPU workloads run inside test cgroups: `hog` (pure busy loops) and `duty` (burn X ms of
+//! CPU, sleep Y ms, report how long each burn took in wall time — throttling shows up as
+//! burns that take far longer than X).
+
+use crate::args;
+use crate::cgroup;
+use std::hint::black_box;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// Options shared by both workloads.
+pub struct Common {
+    threads: u64,
+    seconds: u64,
+    cgroup: Option<String>,
+    pin: Option<u64>,
+}
+
+fn common(p: &args::Parsed) -> Result<Common, String> {
+    let c = Common {
+        threads: p.req_u64("threads")?,
+        seconds: p.req_u64("seconds")?,
+        cgroup: p.str("cgroup").map(str::to_string),
+        pin: p.u64("pin")?,
+    };
+    if c.threads == 0 || c.threads > 1024 {
+        return Err("--threads must be 1..1024".into());
+    }
+    Ok(c)
+}
+
+/// Joins the cgroup and sets affinity before any worker exists, so every thread starts
+/// (and is accounted) in the right place; threads inherit both from the main thread.
+fn place(c: &Common) -> Result<(), String> {
+    if let Some(rel) = &c.cgroup {
+        cgroup::move_self(rel)?;
+    }
+    if let Some(cpu) = c.pin {
+        if cpu >= libc::CPU_SETSIZE as u64 {
+            return Err(format!("--pin {cpu}: CPU number too large"));
+        }
+        // SAFETY: cpu_set_t is plain data; CPU_SET is bounds-checked above.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(cpu as usize, &mut set);
+            if libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) != 0 {
+                return Err(format!("--pin {cpu}: {}", std::io::Error::last_os_error()));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn clock_ns(clock: libc::clockid_t) -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid out pointer; the clocks used here always exist on Linux.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// CPU time consumed by the calling thread, in ns.
+pub fn thread_cpu_ns() -> u64 {
+    clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)
+}
+
+/// CLOCK_MONOTONIC in ns (the clock the scenario runner measures windows with).
+pub fn mono_ns() -> u64 {
+    clock_ns(libc::CLOCK_MONOTONIC)
+}
+
+/// A short stretch of work the optimiser cannot remove.
+#[inline(never)]
+fn spin(n: u64) -> u64 {
+    let mut x = black_box(0x9E37_79B9_7F4A_7C15u64);
+    for i in 0..n {
+        x = x.rotate_left(5) ^ i.wrapping_mul(0x100_0000_01B3);
+    }
+    black_box(x)
+}
+
+/// Parsed `hog` arguments (errors here are usage errors).
+pub fn hog_args(argv: &[String]) -> Result<Common, String> {
+    common(&args::parse(
+        argv,
+        &["threads", "seconds", "cgroup", "pin"],
+        &[],
+    )?)
+}
+
+pub fn hog(c: Common) -> Result<(), String> {
+    place(&c)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let workers: Vec<_> = (0..c.threads)
+        .map(|_| {
+            let stop = stop.clone();
+            thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    spin(1000);
+                }
+            })
+        })
+        .collect();
+    // The main thread only sleeps, so the hog's CPU use is exactly N threads' worth.
+    thread::sleep(Duration::from_secs(c.seconds));
+    stop.store(true, Ordering::Relaxed);
+    for w in workers {
+        w.join().map_err(|_| "hog thread panicked".to_string())?;
+    }
+    Ok(())
+}
+
+/// Burns `burn_ns` of this thread's CPU time; returns the wall time it took in ns.
+fn burn(burn_ns: u64) -> u64 {
+    let wall0 = mono_ns();
+    let cpu0 = thread_cpu_ns();
+    while thread_cpu_ns().saturating_sub(cpu0) < burn_ns {
+        spin(200);
+    }
+    mono_ns() - wall0
+}
+
+pub struct DutyArgs {
+    common: Common,
+    burn_ns: u64,
+    sleep: Duration,
+}
+
+/// Parsed `duty` arguments (errors here are usage errors).
+pub fn duty_args(argv: &[String]) -> Result<DutyArgs, String> {
+    let p = args::parse(
+        argv,
+        &["threads", "burn-ms", "sleep-ms", "seconds", "cgroup", "pin"],
+        &[],
+    )?;
+    let d = DutyArgs {
+        common: common(&p)?,
+        burn_ns: p.req_u64("burn-ms")? * 1_000_000,
+        sleep: Duration::from_millis(p.req_u64("sleep-ms")?),
+    };
+    if d.burn_ns == 0 {
+        return Err("--burn-ms must be > 0".into());
+    }
+    Ok(d)
+}
+
+pub fn duty(d: DutyArgs) -> Result<(), String> {
+    let DutyArgs {
+        common: c,
+        burn_ns,
+        sleep,
+    } = d;
+    place(&c)?;
+    let deadline = Instant::now() + Duration::from_secs(c.seconds);
+    let workers: Vec<_> = (0..c.threads)
+        .map(|_| {
+            thread::spawn(move || {
+                let mut walls = Vec::new();
+                while Instant::now() < deadline {
+                    walls.push(burn(burn_ns));
+                    if !sleep.is_zero() {
+                        thread::sleep(sleep);
+                    }
+                }
+                walls
+            })
+        })
+        .collect();
+    let mut walls_ms: Vec<f64> = Vec::new();
+    for w in workers {
+        let v = w.join().map_err(|_| "duty thread panicked".to_string())?;
+        walls_ms.extend(v.into_iter().map(|ns| ns as f64 / 1e6));
+    }
+    walls_ms.sort_by(f64::total_cmp);
+    let pct = |q| percentile(&walls_ms, q).unwrap_or(f64::NAN);
+    println!(
+        "DUTY burns={} p50_ms={:.3} p99_ms={:.3} max_ms={:.3}",
+        walls_ms.len(),
+        pct(50.0),
+        pct(99.0),
+        pct(100.0)
+    );
+    Ok(())
+}
+
+/// The figures of a `DUTY burns=.. p50_ms=.. p99_ms=.. max_ms=..` line.
+#[allow(dead_code)] // for latency scenarios (burst, slack) still to come
+#[derive(Debug, PartialEq)]
+pub struct DutyStats {
+    pub burns: u64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
+}
+
+/// Finds and parses the DUTY line in a workload's output.
+#[allow(dead_code)] // for latency scenarios (burst, slack) still to come
+pub fn parse_duty(output: &str) -> Option<DutyStats> {
+    let line = output.lines().find(|l| l.starts_with("DUTY "))?;
+    let field = |k: &str| {
+        line.split_whitespace()
+            .find_map(|kv| kv.strip_prefix(k)?.strip_prefix('='))
+            .and_then(|v| v.parse::<f64>().ok())
+    };
+    Some(DutyStats {
+        burns: field("burns")? as u64,
+        p50_ms: field("p50_ms")?,
+        p99_ms: field("p99_ms")?,
+        max_ms: field("max_ms")?,
+    })
+}
+
+/// Nearest-rank percentile of an ascending slice: the smallest value with at least `q` % of
+/// the samples at or below it. No interpolation, so the result is always an observed burn.
+pub fn percentile(sorted: &[f64], q: f64) -> Option<f64> {
+    if sorted.is_empty() || !(0.0..=100.0).contains(&q) {
+        return None;
+    }
+    let rank = ((q / 100.0) * sorted.len() as f64).ceil() as usize;
+    Some(sorted[rank.clamp(1, sorted.len()) - 1])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nearest_rank() {
+        let v: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(percentile(&v, 50.0), Some(50.0));
+        assert_eq!(percentile(&v, 99.0), Some(99.0));
+        assert_eq!(percentile(&v, 100.0), Some(100.0));
+        assert_eq!(percentile(&v, 0.0), Some(1.0));
+        let w = [2.0, 3.0, 10.0];
+        assert_eq!(percentile(&w, 50.0), Some(3.0));
+        assert_eq!(percentile(&w, 99.0), Some(10.0));
+        assert_eq!(percentile(&[7.0], 99.0), Some(7.0));
+        assert_eq!(percentile(&[], 50.0), None);
+        assert_eq!(percentile(&w, 101.0), None);
+    }
+
+    #[test]
+    fn duty_line() {
+        let out = "noise\nDUTY burns=134 p50_ms=10.003 p99_ms=10.093 max_ms=12.5\n";
+        assert_eq!(
+            parse_duty(out),
+            Some(DutyStats {
+                burns: 134,
+                p50_ms: 10.003,
+                p99_ms: 10.093,
+                max_ms: 12.5
+            })
+        );
+        assert_eq!(parse_duty("DUTY burns=1 p50_ms=x p99_ms=1 max_ms=1"), None);
+        assert_eq!(parse_duty(""), None);
+    }
+
+    #[test]
+    fn burn_consumes_cpu_time() {
+        let cpu0 = thread_cpu_ns();
+        let wall = burn(5_000_000);
+        assert!(thread_cpu_ns() - cpu0 >= 5_000_000);
+        assert!(wall >= 5_000_000);
+    }
+}
