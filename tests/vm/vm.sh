@@ -1,0 +1,39 @@
+# Sourced by run and demo (after kernel.sh): the test VM's root filesystem and qemu command.
+
+# make_rootfs DIR BUSYBOX: busybox with its applets, mount points, and the kernel config at
+# /boot/config-$KVER (libbpf resolves CONFIG_* externs from there; Debian's kernel has no
+# /proc/config.gz). Binaries and /init are the caller's.
+make_rootfs() {
+    local root=$1 busybox=$2 applet
+    mkdir -p "$root"/{bin,dev,proc,sys,tmp,boot}
+    cp "$busybox" "$root/bin/busybox"
+    # `busybox --list` names busybox itself; a self-symlink would make exec fail with ELOOP.
+    for applet in $("$root/bin/busybox" --list); do
+        [ "$applet" = busybox ] || ln -sf busybox "$root/bin/$applet"
+    done
+    cp "$KDIR/config" "$root/boot/config-$KVER"
+}
+
+# pack_initramfs DIR OUT: uncompressed newc archive (unpacking beats decompressing under TCG).
+pack_initramfs() {
+    ( cd "$1" && find . | cpio -o -H newc --quiet ) >"$2"
+}
+
+# qemu_argv INITRD CMDLINE: the qemu command line in the array QEMU_ARGV. TCG, because KVM
+# does not work on these machines; -net none skips iPXE.
+qemu_argv() {
+    QEMU_ARGV=(qemu-system-x86_64 -accel tcg,thread=multi -cpu max
+        -smp "${SCXBW_VM_SMP:-2}" -m "${SCXBW_VM_MEM:-1G}"
+        -kernel "$KDIR/vmlinuz" -initrd "$1" -append "$2"
+        -nographic -no-reboot -net none)
+}
+
+# The mounts every guest needs: sched_ext and scx_utils read proc and sysfs, cgroup2 with the
+# cpu controller makes cgroup limits and the scheduler's cgroup ops matter.
+GUEST_MOUNTS='export PATH=/bin
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+mount -t tmpfs tmpfs /tmp
+mount -t cgroup2 cgroup2 /sys/fs/cgroup
+echo +cpu > /sys/fs/cgroup/cgroup.subtree_control'
