@@ -139,6 +139,11 @@ impl<'a> Ctx<'a> {
         self.sched.as_ref().and_then(Sched::pid)
     }
 
+    /// A workload's pid while it has not been reaped.
+    pub fn workload_pid(&self, idx: usize) -> Option<u32> {
+        self.works[idx].child.as_ref().map(|c| c.id())
+    }
+
     /// Waits up to `timeout` for a workload to exit on its own.
     pub fn wait_workload(&mut self, idx: usize, timeout: Duration) -> Result<ExitStatus, String> {
         let r = &mut self.works[idx];

@@ -325,6 +325,22 @@ pub fn all() -> Vec<Scenario> {
             ),
         },
         Scenario {
+            name: "recreate",
+            about: "30ms/100ms group removed and re-created: the limit applies to the new cgroup",
+            needs_sched: false,
+            limits: vec![lim("t/a", 30_000, 100_000)],
+            cgroups: vec!["t/a"],
+            body: Body::Custom(recreate),
+        },
+        Scenario {
+            name: "exit_parked",
+            about: "SIGTERM to 4 threads parked by a 10ms/100ms limit: all exit within 1 s",
+            needs_sched: false,
+            limits: vec![lim("t/a", 10_000, 100_000)],
+            cgroups: vec!["t/a"],
+            body: Body::Custom(exit_parked),
+        },
+        Scenario {
             name: "sigint_throttled",
             about: "SIGINT while a group is throttled: clean detach, the hog finishes normally",
             needs_sched: true,
@@ -374,6 +390,63 @@ fn sigint_throttled(ctx: &mut Ctx) -> Result<(), String> {
         ctx.fail(format!(
             "hog exited after {ran:.1}s, before its {HOG_S}s were up"
         ));
+    }
+    Ok(())
+}
+
+/// Usage of `cg` over 4 s after 1 s of warm-up, checked against `limit_cpus` ±`tol`.
+fn measure_ratio(ctx: &mut Ctx, label: &str, cg: &str, limit_cpus: f64, tol: f64) -> Result<(), String> {
+    sleep(Duration::from_secs(1));
+    let used = ctx.measure(&[cg], Duration::from_secs(4))?[0];
+    let ratio = used / limit_cpus;
+    ctx.figure(format!("{label}.usage_cpus"), format!("{used:.3}"));
+    ctx.figure(format!("{label}.ratio"), format!("{ratio:.3}"));
+    if (ratio - 1.0).abs() > tol {
+        ctx.fail(format!("{label}: usage/limit {ratio:.3} outside 1 ± {tol}"));
+    }
+    Ok(())
+}
+
+/// A configured cgroup that is removed and created again is a new cgroup (new id): the
+/// limit must follow the path, not the old id.
+fn recreate(ctx: &mut Ctx) -> Result<(), String> {
+    let first = ctx.spawn(&hog("t/a", 1), 60)?;
+    measure_ratio(ctx, "first", "t/a", 0.3, 0.02)?;
+    ctx.kill_works(first);
+    crate::cgroup::remove_tree("t/a")?;
+    sleep(Duration::from_millis(500));
+    crate::cgroup::create_tree(&["t/a"])?;
+    let second = ctx.spawn(&hog("t/a", 1), 60)?;
+    ctx.check_on_scx(second);
+    measure_ratio(ctx, "recreated", "t/a", 0.3, 0.02)?;
+    Ok(())
+}
+
+/// Tasks parked by a throttled group must still be able to die: a fatal signal has to
+/// reach every thread, which needs each to run once more. They may wait for the next
+/// refill (100 ms here) but never for the watchdog.
+fn exit_parked(ctx: &mut Ctx) -> Result<(), String> {
+    let w = ctx.spawn(&hog("t/a", 4), 60)?;
+    ctx.check_on_scx(w);
+    sleep(Duration::from_millis(1500));
+    let used = ctx.measure(&["t/a"], Duration::from_secs(1))?[0];
+    ctx.figure("pre_usage_cpus", format!("{used:.3}"));
+    if used > 0.1 * 1.5 {
+        ctx.fail(format!("group not throttled: {used:.3} CPUs for a 0.1-CPU limit"));
+    }
+    let pid = ctx.workload_pid(w).ok_or("hog already gone")?;
+    let t = Instant::now();
+    crate::sched::signal(pid, libc::SIGTERM);
+    let st = ctx.wait_workload(w, Duration::from_secs(5))?;
+    let secs = t.elapsed().as_secs_f64();
+    ctx.figure("exit_s", format!("{secs:.3}"));
+    ctx.figure("status", crate::sched::describe(st).replace(' ', "_"));
+    if secs > 1.0 {
+        ctx.fail(format!("parked threads took {secs:.2}s to exit"));
+    }
+    let left = std::fs::read_to_string(crate::cgroup::path("t/a").join("cgroup.procs")).unwrap_or_default();
+    if !left.trim().is_empty() {
+        ctx.fail(format!("tasks left in t/a: {}", left.trim().replace('\n', ",")));
     }
     Ok(())
 }
