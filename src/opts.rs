@@ -43,6 +43,11 @@ pub struct Opts {
     #[arg(long, default_value_t = 5000, value_name = "US", value_parser = us_in(100, 100_000))]
     pub task_slice_us: u64,
 
+    /// Refill every pool to its quota only, ignoring burst_us (for comparisons and
+    /// emergencies).
+    #[arg(long)]
+    pub no_burst: bool,
+
     /// Print per-group statistics every SECS seconds.
     #[arg(long, value_name = "SECS", value_parser = secs)]
     pub stats: Option<f64>,

@@ -26,16 +26,32 @@ fn clamp_i64(v: u64) -> i64 {
     v.min(i64::MAX as u64) as i64
 }
 
-/// Apply [`refill`] to a pool that BPF concurrently takes from.
-pub fn refill_shared(pool: &AtomicI64, quota: u64, burst: u64) -> i64 {
+/// Apply [`refill`] to a pool that BPF concurrently takes from. Returns what was
+/// left in the pool and what is in it now.
+pub fn refill_shared(pool: &AtomicI64, quota: u64, burst: u64) -> (i64, i64) {
     let mut cur = pool.load(Ordering::Acquire);
     loop {
         let new = refill(cur, quota, burst);
         match pool.compare_exchange_weak(cur, new, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => return new,
+            Ok(_) => return (cur, new),
             Err(seen) => cur = seen,
         }
     }
+}
+
+/// The kernel's burst statistic for the period a refill closes (fair.c,
+/// __refill_cfs_bandwidth_runtime): runtime moved out of the pool since the last
+/// refill (`snap` = pool right after it, `left` = pool now), beyond one quota.
+/// It counts runtime handed to CPUs, used or not.
+pub fn pool_burst(snap: i64, left: i64, quota: u64) -> Option<u64> {
+    let moved = snap.saturating_sub(left.max(0)).max(0) as u64;
+    moved.checked_sub(quota).filter(|&x| x > 0)
+}
+
+/// The same figure from CPU time actually used in the period (BPF accounting):
+/// what a group really consumed beyond its quota.
+pub fn used_burst(used: u64, quota: u64) -> Option<u64> {
+    used.checked_sub(quota).filter(|&x| x > 0)
 }
 
 /// Absolute-deadline period timer of one group.
@@ -113,9 +129,33 @@ mod tests {
     #[test]
     fn refill_shared_is_the_same_rule() {
         let pool = AtomicI64::new(10 * MS as i64);
-        assert_eq!(refill_shared(&pool, 30 * MS, 15 * MS), 40 * MS as i64);
-        assert_eq!(refill_shared(&pool, 30 * MS, 15 * MS), 45 * MS as i64);
+        assert_eq!(refill_shared(&pool, 30 * MS, 15 * MS), (10 * MS as i64, 40 * MS as i64));
+        assert_eq!(refill_shared(&pool, 30 * MS, 15 * MS), (40 * MS as i64, 45 * MS as i64));
         assert_eq!(pool.load(Ordering::Relaxed), 45 * MS as i64);
+    }
+
+    #[test]
+    fn burst_statistics() {
+        let q = 60 * MS;
+        // Pool refilled to 120 ms (quota + burst); 90 ms moved out: a 30 ms burst.
+        assert_eq!(pool_burst(120 * MS as i64, 30 * MS as i64, q), Some(30 * MS));
+        // Exactly one quota moved out, or less: no burst.
+        assert_eq!(pool_burst(120 * MS as i64, 60 * MS as i64, q), None);
+        assert_eq!(pool_burst(60 * MS as i64, 60 * MS as i64, q), None);
+        // A pool that grew (slack returned) is no burst either.
+        assert_eq!(pool_burst(10 * MS as i64, 50 * MS as i64, q), None);
+        assert_eq!(used_burst(61 * MS, q), Some(MS));
+        assert_eq!(used_burst(59_999_999, q), None);
+        assert_eq!(used_burst(q, q), None);
+    }
+
+    #[test]
+    fn pool_burst_counts_runtime_moved_not_used() {
+        // A group that pulled 70 ms into CPU-local slices but ran only 59 ms: the
+        // kernel's figure reports a 10 ms burst, the used-based one none.
+        let q = 60 * MS;
+        assert_eq!(pool_burst(120 * MS as i64, 50 * MS as i64, q), Some(10 * MS));
+        assert_eq!(used_burst(59 * MS, q), None);
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //! above sched_ext, so it is never queued behind the tasks it limits; BPF also
 //! exempts the agent's thread group from charging and parking.
 
+use std::collections::VecDeque;
 use std::mem::MaybeUninit;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
@@ -42,6 +43,67 @@ pub struct Group {
     pub nr_throttled: u64,
     /// bw_group.nr_parked at the last refill.
     seen_parked: u64,
+    /// Pool right after the last refill, and bw_group.usage then.
+    snap: i64,
+    usage_at_refill: u64,
+    /// Kernel-defined burst figures (runtime moved out of the pool beyond quota).
+    pub nr_bursts: u64,
+    pub burst_ns: u64,
+    /// The same from CPU time really used in each period.
+    pub used_nr_bursts: u64,
+    pub used_burst_ns: u64,
+    /// CPU time used in each of the last periods, oldest first.
+    pub history: VecDeque<u64>,
+}
+
+/// Periods of usage history kept per group.
+pub const HISTORY: usize = 32;
+
+impl Group {
+    fn new(cfg: GroupConfig) -> Self {
+        Self {
+            cfg,
+            watch: CgroupWatch::default(),
+            timer: None,
+            nr_periods: 0,
+            nr_throttled: 0,
+            seen_parked: 0,
+            snap: 0,
+            usage_at_refill: 0,
+            nr_bursts: 0,
+            burst_ns: 0,
+            used_nr_bursts: 0,
+            used_burst_ns: 0,
+            history: VecDeque::with_capacity(HISTORY),
+        }
+    }
+
+    /// Quota and burst in ns; burst 0 under --no-burst.
+    fn limits_ns(&self, no_burst: bool) -> (u64, u64) {
+        let burst = if no_burst { 0 } else { self.cfg.burst_us };
+        (self.cfg.quota_us * NSEC_PER_USEC, burst * NSEC_PER_USEC)
+    }
+
+    /// Account the period(s) a refill closes: pool-based and used-based bursts and the
+    /// usage history.
+    fn close_period(&mut self, left: i64, refilled: i64, usage: u64, overrun: u64) {
+        let quota = self.cfg.quota_us * NSEC_PER_USEC;
+        if let Some(b) = pools::pool_burst(self.snap, left, quota) {
+            self.nr_bursts += 1;
+            self.burst_ns += b;
+        }
+        let used = usage.saturating_sub(self.usage_at_refill);
+        if let Some(b) = pools::used_burst(used, quota.saturating_mul(overrun)) {
+            self.used_nr_bursts += 1;
+            self.used_burst_ns += b;
+        }
+        if self.history.len() == HISTORY {
+            self.history.pop_front();
+        }
+        self.history.push_back(used);
+        self.snap = refilled;
+        self.usage_at_refill = usage;
+    }
 }
 
 pub struct Scheduler<'a> {
@@ -51,6 +113,7 @@ pub struct Scheduler<'a> {
     groups: Vec<Group>,
     stats_every: Option<Duration>,
     report: StatsReport,
+    no_burst: bool,
 }
 
 impl<'a> Scheduler<'a> {
@@ -74,18 +137,7 @@ impl<'a> Scheduler<'a> {
 
         let skel = scx_ops_load!(skel, bandwidth_ops, uei)?;
 
-        let groups = config
-            .groups
-            .iter()
-            .map(|cfg| Group {
-                cfg: cfg.clone(),
-                watch: CgroupWatch::default(),
-                timer: None,
-                nr_periods: 0,
-                nr_throttled: 0,
-                seen_parked: 0,
-            })
-            .collect();
+        let groups = config.groups.iter().map(|cfg| Group::new(cfg.clone())).collect();
         let mut sched = Self {
             skel,
             struct_ops: None,
@@ -93,6 +145,7 @@ impl<'a> Scheduler<'a> {
             groups,
             stats_every: opts.stats.map(Duration::from_secs_f64),
             report: StatsReport::default(),
+            no_burst: opts.no_burst,
         };
         for slot in 0..sched.groups.len() {
             sched.write_limits(slot);
@@ -159,10 +212,13 @@ impl<'a> Scheduler<'a> {
                         self.unmap(old);
                     }
                     self.reset_slot(slot)?;
-                    let cfg = &self.groups[slot].cfg;
-                    let (q, b) = (cfg.quota_us * NSEC_PER_USEC, cfg.burst_us * NSEC_PER_USEC);
-                    self.pool(slot).store(pools::refill(0, q, b), Ordering::Release);
+                    let (q, b) = self.groups[slot].limits_ns(self.no_burst);
+                    let full = pools::refill(0, q, b);
+                    self.pool(slot).store(full, Ordering::Release);
+                    let usage = self.bss().bw_groups[slot].usage;
                     self.bss().bw_groups[slot].cgid = cgid;
+                    self.groups[slot].snap = full;
+                    self.groups[slot].usage_at_refill = usage;
                     self.skel
                         .maps
                         .cgid_slot
@@ -207,20 +263,26 @@ impl<'a> Scheduler<'a> {
     /// Period timer expiry for `slot`: count the periods, refill the pool
     /// once and release the group's parked tasks.
     fn refill(&mut self, slot: usize, overrun: u64) -> Result<()> {
-        let (throttled, parked) = {
+        let (throttled, parked, usage) = {
             let g = &self.bss().bw_groups[slot];
             // SAFETY: plain reads of fields BPF updates concurrently.
-            unsafe { (std::ptr::read_volatile(&g.throttled), std::ptr::read_volatile(&g.nr_parked)) }
+            unsafe {
+                (
+                    std::ptr::read_volatile(&g.throttled),
+                    std::ptr::read_volatile(&g.nr_parked),
+                    std::ptr::read_volatile(&g.usage),
+                )
+            }
         };
-        let cfg = &self.groups[slot].cfg;
-        let (q, b) = (cfg.quota_us * NSEC_PER_USEC, cfg.burst_us * NSEC_PER_USEC);
-        pools::refill_shared(self.pool(slot), q, b);
+        let (q, b) = self.groups[slot].limits_ns(self.no_burst);
+        let (left, refilled) = pools::refill_shared(self.pool(slot), q, b);
 
         let g = &mut self.groups[slot];
         g.nr_periods += overrun;
         if throttled != 0 {
             g.nr_throttled += overrun;
         }
+        g.close_period(left, refilled, usage, overrun);
         if throttled != 0 || parked != g.seen_parked {
             g.seen_parked = parked;
             let mut args = bpf_intf::bw_unthrottle_args { slot: slot as u32, pad: 0, nr_released: 0 };
@@ -298,6 +360,10 @@ impl<'a> Scheduler<'a> {
                 nr_periods: g.nr_periods,
                 nr_throttled: g.nr_throttled,
                 throttled_ns: b.throttled_time,
+                nr_bursts: g.nr_bursts,
+                burst_ns: g.burst_ns,
+                used_nr_bursts: g.used_nr_bursts,
+                used_burst_ns: g.used_burst_ns,
                 pool_ns: b.runtime,
             });
         }

@@ -23,6 +23,13 @@ pub struct GroupStats {
     pub nr_periods: u64,
     pub nr_throttled: u64,
     pub throttled_ns: u64,
+    /// Periods whose pool consumption exceeded quota, and by how much in total
+    /// (cpu.stat nr_bursts / burst_usec).
+    pub nr_bursts: u64,
+    pub burst_ns: u64,
+    /// Periods whose CPU time really used exceeded quota, and by how much.
+    pub used_nr_bursts: u64,
+    pub used_burst_ns: u64,
     /// Runtime left in the pool (a level, not a counter).
     pub pool_ns: i64,
 }
@@ -68,7 +75,7 @@ impl StatsReport {
             let limit = g.quota_us as f64 / g.period_us as f64;
             let throttled_ns = delta(g.throttled_ns, p.throttled_ns);
             let row = format!(
-                "{:<28} {:>8}/{:<8} {:>6.3} {:>6.3} {:>7.1}% {:>8} {:>9} {:>12.1}{}",
+                "{:<28} {:>8}/{:<8} {:>6.3} {:>6.3} {:>7.1}% {:>8} {:>9} {:>12.1} {:>6} {:>9.1} {:>6} {:>9.1}{}",
                 clip(&g.cgroup, 28),
                 g.quota_us,
                 g.period_us,
@@ -78,6 +85,10 @@ impl StatsReport {
                 delta(g.nr_periods, p.nr_periods),
                 delta(g.nr_throttled, p.nr_throttled),
                 throttled_ns as f64 / 1e6,
+                delta(g.nr_bursts, p.nr_bursts),
+                delta(g.burst_ns, p.burst_ns) as f64 / 1e6,
+                delta(g.used_nr_bursts, p.used_nr_bursts),
+                delta(g.used_burst_ns, p.used_burst_ns) as f64 / 1e6,
                 if g.present { "" } else { "  (absent)" },
             );
             rows.push((throttled_ns, row));
@@ -87,8 +98,20 @@ impl StatsReport {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "--- scx_bandwidth {:.1}s ---\n{:<28} {:>17} {:>6} {:>6} {:>8} {:>8} {:>9} {:>12}",
-            secs, "cgroup", "quota/period us", "limit", "cpus", "of lim", "periods", "throttled", "throttled_ms"
+            "--- scx_bandwidth {:.1}s ---\n{:<28} {:>17} {:>6} {:>6} {:>8} {:>8} {:>9} {:>12} {:>6} {:>9} {:>6} {:>9}",
+            secs,
+            "cgroup",
+            "quota/period us",
+            "limit",
+            "cpus",
+            "of lim",
+            "periods",
+            "throttled",
+            "throttled_ms",
+            "bursts",
+            "burst_ms",
+            "used_b",
+            "used_b_ms"
         );
         for (_, r) in rows {
             let _ = writeln!(out, "{r}");
