@@ -179,9 +179,12 @@ void BPF_STRUCT_OPS(bw_running, struct task_struct *p)
 
 	/*
 	 * Tasks placed on a local queue directly (wakeup to an idle CPU,
-	 * per-CPU kthreads) did not go through dispatch's check.
+	 * per-CPU kthreads) did not go through dispatch's check. Exiting tasks
+	 * are never stopped: the kernel queues them locally without asking us
+	 * (no SCX_OPS_ENQ_EXITING), so preempting them would only bounce them
+	 * back here in a loop, and they must run to die.
 	 */
-	if (bw_blocked_slot(tctx) >= 0) {
+	if (!(p->flags & PF_EXITING) && bw_blocked_slot(tctx) >= 0) {
 		p->scx.slice = 0;
 		scx_bpf_kick_cpu(scx_bpf_task_cpu(p), SCX_KICK_PREEMPT);
 		stat_inc(BW_STAT_PREEMPT);
@@ -196,7 +199,7 @@ void BPF_STRUCT_OPS(bw_tick, struct task_struct *p)
 
 	if (!tctx || !tctx->nr_chain)
 		return;
-	if (!charge(p, tctx)) {
+	if (!charge(p, tctx) && !(p->flags & PF_EXITING)) {
 		p->scx.slice = 0;
 		stat_inc(BW_STAT_PREEMPT);
 		return;
