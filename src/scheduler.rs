@@ -114,6 +114,8 @@ pub struct Scheduler<'a> {
     stats_every: Option<Duration>,
     report: StatsReport,
     no_burst: bool,
+    /// The agent thread runs SCHED_FIFO (except for housekeeping).
+    realtime: bool,
 }
 
 impl<'a> Scheduler<'a> {
@@ -146,6 +148,7 @@ impl<'a> Scheduler<'a> {
             stats_every: opts.stats.map(Duration::from_secs_f64),
             report: StatsReport::default(),
             no_burst: opts.no_burst,
+            realtime: false,
         };
         for slot in 0..sched.groups.len() {
             sched.write_limits(slot);
@@ -153,9 +156,7 @@ impl<'a> Scheduler<'a> {
         // Apply limits of cgroups that exist before tasks are scheduled by us.
         sched.poll_cgroups(Instant::now())?;
 
-        if !opts.no_realtime {
-            make_realtime();
-        }
+        sched.realtime = !opts.no_realtime && set_realtime(true, true);
         sched.struct_ops = Some(scx_ops_attach!(sched.skel, bandwidth_ops)?);
         info!(
             "scx_bandwidth attached: {} configured group(s), slice {} us",
@@ -311,17 +312,23 @@ impl<'a> Scheduler<'a> {
                     self.refill(slot, overrun)?;
                 }
             }
-            if now >= next_poll {
-                self.poll_cgroups(now)?;
-                next_poll = now + CGROUP_POLL;
-            }
-            if let (Some(at), Some(every)) = (next_stats, self.stats_every) {
-                if now >= at {
+            // Housekeeping (cgroup polling, the stats report) is not time-critical:
+            // it runs at normal priority so it never preempts the tasks we limit.
+            let stats_due = matches!(next_stats, Some(at) if now >= at);
+            if now >= next_poll || stats_due {
+                let realtime = self.realtime;
+                set_realtime(false, realtime);
+                if now >= next_poll {
+                    self.poll_cgroups(now)?;
+                    next_poll = now + CGROUP_POLL;
+                }
+                if let (true, Some(at), Some(every)) = (stats_due, next_stats, self.stats_every) {
                     let sample = self.sample();
-                    print!("{}", self.report.format(&sample, now));
-                    self.report.reset(sample, now);
+                    print!("{}", self.report.format(&sample, Instant::now()));
+                    self.report.reset(sample, Instant::now());
                     next_stats = Some(at + every);
                 }
+                set_realtime(true, realtime);
             }
 
             let mut wake = next_poll.min(now + Duration::from_millis(100));
@@ -402,15 +409,22 @@ fn read_counters(map: &libbpf_rs::Map) -> Vec<u64> {
         .collect()
 }
 
-/// Put the agent in SCHED_FIFO so its timer never waits behind workload tasks.
-fn make_realtime() {
-    let param = libc::sched_param { sched_priority: 1 };
+/// Put the agent thread in SCHED_FIFO (`on`) so its period timer never waits behind
+/// workload tasks, or back to SCHED_OTHER. Does nothing unless `enabled`. Returns
+/// whether the change took effect.
+fn set_realtime(on: bool, enabled: bool) -> bool {
+    if !enabled {
+        return false;
+    }
+    let (policy, prio) = if on { (libc::SCHED_FIFO, 1) } else { (libc::SCHED_OTHER, 0) };
+    let param = libc::sched_param { sched_priority: prio };
     // SAFETY: plain syscall on this thread with a valid parameter.
-    let ret = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
-    if ret != 0 {
+    let ret = unsafe { libc::sched_setscheduler(0, policy, &param) };
+    if ret != 0 && on {
         warn!(
             "cannot make the agent SCHED_FIFO ({}); its period timer may run late under load",
             std::io::Error::last_os_error()
         );
     }
+    ret == 0
 }
