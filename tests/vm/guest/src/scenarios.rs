@@ -28,7 +28,6 @@ pub enum Work {
     /// `hog --threads N`: N busy threads.
     Hog { threads: u32 },
     /// `duty --threads N --burn-ms B --sleep-ms S` (prints a DUTY line into its log).
-    #[allow(dead_code)] // for latency scenarios (burst, slack) still to come
     Duty {
         threads: u32,
         burn_ms: u32,
@@ -341,6 +340,26 @@ pub fn all() -> Vec<Scenario> {
             body: Body::Custom(exit_parked),
         },
         Scenario {
+            name: "burst_hog",
+            about: "60ms/100ms + 60ms burst, 2 hogs: usage <= limit (1 + burst/(quota periods)) + 2%",
+            needs_sched: false,
+            limits: vec![Limit { burst_us: 60_000, ..lim("t/a", 60_000, 100_000) }],
+            cgroups: vec![],
+            body: one_phase(
+                vec![hog("t/a", 2)],
+                // 40 periods in the 4 s window: 1 + 60/(60·40) = 1.025, + 2 %.
+                vec![Check::AtMostLimit { cgroup: "t/a", tol: 0.045 }, Check::AtLeastLimit { cgroup: "t/a", tol: 0.02 }],
+            ),
+        },
+        Scenario {
+            name: "burst_latency_strict",
+            about: "the same without burst: the group is throttled and p99 burn grows past 66ms",
+            needs_sched: false,
+            limits: vec![lim("t/a", 100_000, 100_000)],
+            cgroups: vec!["t/a"],
+            body: Body::Custom(|ctx| bursty(ctx, None)),
+        },
+        Scenario {
             name: "sigint_throttled",
             about: "SIGINT while a group is throttled: clean detach, the hog finishes normally",
             needs_sched: true,
@@ -390,6 +409,41 @@ fn sigint_throttled(ctx: &mut Ctx) -> Result<(), String> {
         ctx.fail(format!(
             "hog exited after {ran:.1}s, before its {HOG_S}s were up"
         ));
+    }
+    Ok(())
+}
+
+/// Two threads burning 60 ms of CPU then sleeping 140 ms for 6 s: 0.6 CPU on average,
+/// 1.2 CPUs while both burn. With `p99_max` the p99 wall time of a burn must stay under
+/// it (burst absorbs the peaks); without, it must exceed 66 ms (strict quota throttles).
+/// The burst case (100 ms burst, p99 <= 66 ms) is not in the table yet: it measured
+/// 67.9-70.8 ms here against the kernel's 65.0 ms (issue 3).
+fn bursty(ctx: &mut Ctx, p99_max: Option<f64>) -> Result<(), String> {
+    // The group exists and is idle for a few periods first, so its pool holds what an
+    // idle group has accumulated (quota + burst), as for a service between requests.
+    sleep(Duration::from_millis(500));
+    let w = Workload {
+        cgroup: "t/a",
+        work: Work::Duty { threads: 2, burn_ms: 60, sleep_ms: 140 },
+    };
+    let idx = ctx.spawn(&w, 6)?;
+    ctx.check_on_scx(idx);
+    let st = ctx.wait_workload(idx, Duration::from_secs(30))?;
+    if st.code() != Some(0) {
+        return Err(format!("duty workload {}", crate::sched::describe(st)));
+    }
+    let d = crate::workload::parse_duty(&ctx.output(idx)).ok_or("no DUTY line from the workload")?;
+    ctx.figure("burns", d.burns);
+    ctx.figure("p50_ms", format!("{:.1}", d.p50_ms));
+    ctx.figure("p99_ms", format!("{:.1}", d.p99_ms));
+    ctx.figure("max_ms", format!("{:.1}", d.max_ms));
+    if d.burns < 40 {
+        ctx.fail(format!("only {} burns in 6 s", d.burns));
+    }
+    match p99_max {
+        Some(max) if d.p99_ms > max => ctx.fail(format!("p99 burn {:.1} ms > {max} ms", d.p99_ms)),
+        None if d.p99_ms <= 66.0 => ctx.fail(format!("p99 burn {:.1} ms: no visible throttling", d.p99_ms)),
+        _ => {}
     }
     Ok(())
 }
