@@ -94,7 +94,8 @@ pub fn run(ctx: &mut Ctx, sc: &Scenario, phases: &[Phase], cross: &[Cross]) -> R
 }
 
 /// Evaluates one check on a measured usage `u` (CPUs), recording its bound as a figure.
-fn check(
+/// Custom scenarios use it too, so every usage check reads and fails the same way.
+pub fn check(
     ctx: &mut Ctx,
     c: &Check,
     u: f64,
