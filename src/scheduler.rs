@@ -156,7 +156,7 @@ impl<'a> Scheduler<'a> {
         // Apply limits of cgroups that exist before tasks are scheduled by us.
         sched.poll_cgroups(Instant::now())?;
 
-        sched.realtime = !opts.no_realtime && set_realtime(true, true);
+        sched.realtime = !opts.no_realtime && set_realtime(true);
         sched.struct_ops = Some(scx_ops_attach!(sched.skel, bandwidth_ops)?);
         info!(
             "scx_bandwidth attached: {} configured group(s), slice {} us",
@@ -316,19 +316,23 @@ impl<'a> Scheduler<'a> {
             // it runs at normal priority so it never preempts the tasks we limit.
             let stats_due = matches!(next_stats, Some(at) if now >= at);
             if now >= next_poll || stats_due {
-                let realtime = self.realtime;
-                set_realtime(false, realtime);
+                if self.realtime {
+                    set_realtime(false);
+                }
                 if now >= next_poll {
                     self.poll_cgroups(now)?;
                     next_poll = now + CGROUP_POLL;
                 }
                 if let (true, Some(at), Some(every)) = (stats_due, next_stats, self.stats_every) {
                     let sample = self.sample();
-                    print!("{}", self.report.format(&sample, Instant::now()));
-                    self.report.reset(sample, Instant::now());
+                    let taken = Instant::now();
+                    print!("{}", self.report.format(&sample, taken));
+                    self.report.reset(sample, taken);
                     next_stats = Some(at + every);
                 }
-                set_realtime(true, realtime);
+                if self.realtime {
+                    set_realtime(true);
+                }
             }
 
             let mut wake = next_poll.min(now + Duration::from_millis(100));
@@ -410,12 +414,8 @@ fn read_counters(map: &libbpf_rs::Map) -> Vec<u64> {
 }
 
 /// Put the agent thread in SCHED_FIFO (`on`) so its period timer never waits behind
-/// workload tasks, or back to SCHED_OTHER. Does nothing unless `enabled`. Returns
-/// whether the change took effect.
-fn set_realtime(on: bool, enabled: bool) -> bool {
-    if !enabled {
-        return false;
-    }
+/// workload tasks, or back to SCHED_OTHER. Returns whether the change took effect.
+fn set_realtime(on: bool) -> bool {
     let (policy, prio) = if on { (libc::SCHED_FIFO, 1) } else { (libc::SCHED_OTHER, 0) };
     let param = libc::sched_param { sched_priority: prio };
     // SAFETY: plain syscall on this thread with a valid parameter.
