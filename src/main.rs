@@ -4,10 +4,11 @@ use std::mem::MaybeUninit;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use clap::Parser;
 use log::{error, info};
-use scx_bandwidth::{cgroups, config, opts::Opts, scheduler::Scheduler};
+use scx_bandwidth::{cgroups, config, opts::Opts, scheduler::Scheduler, stats};
 
 /// Exit code for bad input (configuration, command line): nothing attached.
 const EXIT_USAGE: u8 = 2;
@@ -27,6 +28,14 @@ fn main() -> ExitCode {
     let opts = Opts::parse();
     init_logging(opts.verbose);
 
+    if opts.help_stats {
+        if let Err(e) = stats::server_data().describe_meta(&mut std::io::stdout(), None) {
+            error!("{e:#}");
+            return ExitCode::FAILURE;
+        }
+        return ExitCode::SUCCESS;
+    }
+
     // Everything the user gave us is checked before anything is loaded.
     let config = match &opts.config {
         Some(path) => match config::load(path) {
@@ -38,6 +47,23 @@ fn main() -> ExitCode {
         },
         None => config::Config::default(),
     };
+    let shutdown = Arc::new(AtomicBool::new(false));
+    let flag = shutdown.clone();
+    if let Err(e) = ctrlc::set_handler(move || flag.store(true, Ordering::Relaxed)) {
+        error!("cannot install the signal handler: {e}");
+        return ExitCode::FAILURE;
+    }
+
+    if let Some(secs) = opts.monitor {
+        let stop = shutdown.clone();
+        return match stats::monitor(Duration::from_secs_f64(secs), move || stop.load(Ordering::Relaxed)) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                error!("monitor: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let root = match cgroups::cgroup2_mount() {
         Ok(r) => r,
         Err(e) => {
@@ -46,12 +72,6 @@ fn main() -> ExitCode {
         }
     };
 
-    let shutdown = Arc::new(AtomicBool::new(false));
-    let flag = shutdown.clone();
-    if let Err(e) = ctrlc::set_handler(move || flag.store(true, Ordering::Relaxed)) {
-        error!("cannot install the signal handler: {e}");
-        return ExitCode::FAILURE;
-    }
     scx_utils::try_set_rlimit_infinity();
 
     let mut open_object = MaybeUninit::uninit();

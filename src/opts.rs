@@ -48,9 +48,23 @@ pub struct Opts {
     #[arg(long)]
     pub no_burst: bool,
 
-    /// Print per-group statistics every SECS seconds.
+    /// Do not return unused local runtime (above 1 ms) to a group's pool when a
+    /// CPU stops running it (for comparisons).
+    #[arg(long)]
+    pub no_slack_return: bool,
+
+    /// Print per-group statistics every SECS seconds while running.
     #[arg(long, value_name = "SECS", value_parser = secs)]
     pub stats: Option<f64>,
+
+    /// Do not run a scheduler: print the statistics of the running instance
+    /// every SECS seconds (read from its stats socket; read-only).
+    #[arg(long, value_name = "SECS", value_parser = secs, conflicts_with_all = ["config", "stats"])]
+    pub monitor: Option<f64>,
+
+    /// Describe every statistic (the fields of the stats socket's JSON) and exit.
+    #[arg(long)]
+    pub help_stats: bool,
 
     /// Bytes of the kernel's debug dump to keep when the scheduler exits
     /// with an error (0 = kernel default).

@@ -54,6 +54,26 @@ pub fn used_burst(used: u64, quota: u64) -> Option<u64> {
     used.checked_sub(quota).filter(|&x| x > 0)
 }
 
+/// Delay between slack coming back to a throttled pool and its distribution
+/// (fair.c: cfs_bandwidth_slack_period), so that several returns are batched.
+pub const SLACK_DELAY: Duration = Duration::from_millis(5);
+/// No slack distribution when the period's refill is this close: the refill
+/// distributes anyway (fair.c: min_bandwidth_expiration = 2 ms + slack period).
+pub const SLACK_REFILL_MARGIN: Duration = Duration::from_millis(7);
+
+/// When to distribute slack that came back at `now` to a throttled group whose
+/// next refill is at `refill_at`; None when the refill is due within
+/// [`SLACK_REFILL_MARGIN`].
+pub fn slack_due(now: Instant, refill_at: Instant) -> Option<Instant> {
+    (refill_at.saturating_duration_since(now) >= SLACK_REFILL_MARGIN).then(|| now + SLACK_DELAY)
+}
+
+/// Whether a pool holding `pool` ns is worth distributing: more than one slice,
+/// as in fair.c (less would unthrottle CPUs only to throttle them again at once).
+pub fn worth_distributing(pool: i64, slice: u64) -> bool {
+    pool > 0 && pool as u64 > slice
+}
+
 /// Absolute-deadline period timer of one group.
 #[derive(Clone, Debug)]
 pub struct PeriodTimer {
@@ -156,6 +176,27 @@ mod tests {
         let q = 60 * MS;
         assert_eq!(pool_burst(120 * MS as i64, 50 * MS as i64, q), Some(10 * MS));
         assert_eq!(used_burst(59 * MS, q), None);
+    }
+
+    #[test]
+    fn slack_waits_five_ms_unless_refill_is_near() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        assert_eq!(slack_due(t0, t0 + ms(100)), Some(t0 + ms(5)));
+        assert_eq!(slack_due(t0, t0 + ms(7)), Some(t0 + ms(5)));
+        assert_eq!(slack_due(t0, t0 + ms(7) - Duration::from_nanos(1)), None);
+        assert_eq!(slack_due(t0, t0 + ms(1)), None);
+        // A refill already overdue (agent late): the refill distributes.
+        assert_eq!(slack_due(t0 + ms(3), t0), None);
+    }
+
+    #[test]
+    fn slack_below_a_slice_is_not_distributed() {
+        let slice = 5 * MS;
+        assert!(!worth_distributing(0, slice));
+        assert!(!worth_distributing(-1, slice));
+        assert!(!worth_distributing(slice as i64, slice));
+        assert!(worth_distributing(slice as i64 + 1, slice));
     }
 
     #[test]

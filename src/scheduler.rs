@@ -1,22 +1,29 @@
 //! Loading, attaching and running the BPF scheduler.
 //!
 //! The run loop is the agent's period timer: it sleeps until the earliest
-//! deadline among the groups' period timers, the cgroup poll and the stats
-//! report, then refills every group whose period ended (pools.rs) and asks BPF
-//! to unthrottle it (bw_unthrottle). The agent thread runs SCHED_FIFO, a class
+//! deadline among the groups' period timers, the slack timers, the cgroup poll
+//! and the stats report, then refills every group whose period ended
+//! (pools.rs) and asks BPF to unthrottle it (bw_unthrottle). It also wakes for
+//! two kinds of messages: slack that CPUs returned into a throttled pool (from
+//! the slack_events ring, read by a helper thread), which it distributes after
+//! the slack delay, and requests from the scx_stats server (`--monitor`, any
+//! client of the stats socket). The agent thread runs SCHED_FIFO, a class
 //! above sched_ext, so it is never queued behind the tasks it limits; BPF also
 //! exempts the agent's thread group from charging and parking.
 
 use std::collections::VecDeque;
 use std::mem::MaybeUninit;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, Ordering};
 use std::sync::Arc;
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use libbpf_rs::{MapCore, MapFlags, OpenObject, ProgramInput};
-use log::{info, warn};
+use crossbeam::channel::{Receiver, Sender};
+use libbpf_rs::{MapCore, MapFlags, OpenObject, ProgramInput, RingBufferBuilder};
+use log::{error, info, warn};
+use scx_stats::prelude::*;
 use scx_utils::{scx_ops_attach, scx_ops_load, scx_ops_open, uei_exited, uei_report, UserExitInfo};
 
 use crate::bpf_intf;
@@ -25,12 +32,15 @@ use crate::cgroups::{self, CgroupChange, CgroupWatch};
 use crate::config::{Config, GroupConfig};
 use crate::opts::Opts;
 use crate::pools::{self, PeriodTimer};
-use crate::stats::{GroupSample, StatsReport};
+use crate::stats::{self, GroupMetrics, Metrics};
 
 /// How often configured cgroup paths are checked for appearing/vanishing.
 const CGROUP_POLL: Duration = Duration::from_millis(200);
 
 const NSEC_PER_USEC: u64 = 1_000;
+
+/// Refills whose timer lateness is kept for the p99 statistic.
+const LATENESS_SAMPLES: usize = 1024;
 
 /// Agent-side state of one slot (index in bw_groups == index in the config).
 pub struct Group {
@@ -38,6 +48,8 @@ pub struct Group {
     watch: CgroupWatch,
     /// Running while the cgroup exists.
     timer: Option<PeriodTimer>,
+    /// When to distribute slack that came back while the group was throttled.
+    slack_at: Option<Instant>,
     /// Periods elapsed / periods that ended throttled (cpu.stat definitions).
     pub nr_periods: u64,
     pub nr_throttled: u64,
@@ -65,6 +77,7 @@ impl Group {
             cfg,
             watch: CgroupWatch::default(),
             timer: None,
+            slack_at: None,
             nr_periods: 0,
             nr_throttled: 0,
             seen_parked: 0,
@@ -106,16 +119,45 @@ impl Group {
     }
 }
 
+/// The stats server and the main loop's end of its request channel.
+struct StatsLink {
+    _server: StatsServer<(), Metrics>,
+    res: Sender<Metrics>,
+    req: Receiver<()>,
+}
+
+/// Reader of the slack_events ring, on its own thread: sends slots to the loop.
+struct SlackReader {
+    slots: Receiver<u32>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Drop for SlackReader {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
 pub struct Scheduler<'a> {
     skel: BpfSkel<'a>,
     struct_ops: Option<libbpf_rs::Link>,
     root: PathBuf,
     groups: Vec<Group>,
     stats_every: Option<Duration>,
-    report: StatsReport,
     no_burst: bool,
+    slice_ns: u64,
     /// The agent thread runs SCHED_FIFO (except for housekeeping).
     realtime: bool,
+    refills: u64,
+    slack_distributions: u64,
+    /// Lateness (µs) of the last refills, for timer_late_p99_us.
+    lateness: VecDeque<u64>,
+    stats: Option<StatsLink>,
+    slack: Option<SlackReader>,
 }
 
 impl<'a> Scheduler<'a> {
@@ -136,6 +178,7 @@ impl<'a> Scheduler<'a> {
         rodata.task_slice_ns = opts.task_slice_us * NSEC_PER_USEC;
         rodata.nr_cpu_ids = *scx_utils::NR_CPU_IDS as u32;
         rodata.agent_tgid = std::process::id() as i32;
+        rodata.bw_slack_return = !opts.no_slack_return;
 
         let skel = scx_ops_load!(skel, bandwidth_ops, uei)?;
 
@@ -146,10 +189,19 @@ impl<'a> Scheduler<'a> {
             root,
             groups,
             stats_every: opts.stats.map(Duration::from_secs_f64),
-            report: StatsReport::default(),
             no_burst: opts.no_burst,
+            slice_ns: opts.slice_us * NSEC_PER_USEC,
             realtime: false,
+            refills: 0,
+            slack_distributions: 0,
+            lateness: VecDeque::with_capacity(LATENESS_SAMPLES),
+            stats: None,
+            slack: None,
         };
+        // Helper threads start before the agent turns SCHED_FIFO: they inherit
+        // the policy, and neither is time-critical.
+        sched.slack = Some(spawn_slack_reader(&sched.skel.maps.slack_events)?);
+        sched.stats = launch_stats_server();
         for slot in 0..sched.groups.len() {
             sched.write_limits(slot);
         }
@@ -175,6 +227,12 @@ impl<'a> Scheduler<'a> {
         let gen = &raw mut data.bw_cfg_gen;
         // SAFETY: bw_cfg_gen is a naturally aligned u64 in the mmapped .data.
         unsafe { std::sync::atomic::AtomicU64::from_ptr(gen) }.fetch_add(1, Ordering::AcqRel);
+    }
+
+    fn clear_slack_pending(&mut self, slot: usize) {
+        let g = &mut self.bss().bw_groups[slot];
+        // SAFETY: aligned u32 in the mmapped .bss; BPF sets it with a CAS.
+        unsafe { AtomicU32::from_ptr(&raw mut g.slack_pending) }.store(0, Ordering::Release);
     }
 
     /// The pool of `slot`, shared with BPF, as an atomic.
@@ -227,6 +285,7 @@ impl<'a> Scheduler<'a> {
                         .with_context(|| format!("mapping cgroup {rel}"))?;
                     let g = &mut self.groups[slot];
                     g.timer = Some(PeriodTimer::new(Duration::from_micros(g.cfg.period_us), now));
+                    g.slack_at = None;
                     info!(
                         "cgroup {rel} (id {cgid}) {}: limit {} us per {} us, burst {} us",
                         if old.is_some() { "re-created" } else { "found" },
@@ -239,6 +298,7 @@ impl<'a> Scheduler<'a> {
                     self.unmap(old);
                     self.bss().bw_groups[slot].cgid = 0;
                     self.groups[slot].timer = None;
+                    self.groups[slot].slack_at = None;
                     self.reset_slot(slot)?;
                     info!("cgroup {rel} removed; its limit applies again when it reappears");
                 }
@@ -284,12 +344,53 @@ impl<'a> Scheduler<'a> {
             g.nr_throttled += overrun;
         }
         g.close_period(left, refilled, usage, overrun);
-        if throttled != 0 || parked != g.seen_parked {
-            g.seen_parked = parked;
-            let mut args = bpf_intf::bw_unthrottle_args { slot: slot as u32, pad: 0, nr_released: 0 };
-            run_syscall(&self.skel.progs.bw_unthrottle, &mut args).context("bw_unthrottle")?;
+        // The refill distributes whatever slack was waiting.
+        g.slack_at = None;
+        let release = throttled != 0 || parked != g.seen_parked;
+        g.seen_parked = parked;
+        self.refills += 1;
+        self.clear_slack_pending(slot);
+        if release {
+            self.unthrottle(slot)?;
         }
         Ok(())
+    }
+
+    fn unthrottle(&mut self, slot: usize) -> Result<()> {
+        let mut args = bpf_intf::bw_unthrottle_args { slot: slot as u32, pad: 0, nr_released: 0 };
+        run_syscall(&self.skel.progs.bw_unthrottle, &mut args).context("bw_unthrottle")
+    }
+
+    /// A CPU returned slack into the throttled pool of `slot`: distribute it
+    /// after the slack delay, unless the refill comes first anyway.
+    fn on_slack(&mut self, slot: usize, now: Instant) {
+        let Some(g) = self.groups.get_mut(slot) else { return };
+        match g.timer.as_ref().and_then(|t| pools::slack_due(now, t.deadline())) {
+            Some(at) => {
+                g.slack_at.get_or_insert(at);
+            }
+            None => self.clear_slack_pending(slot),
+        }
+    }
+
+    /// Slack timer expiry: hand what is in the pool to the throttled group.
+    fn distribute_slack(&mut self, slot: usize) -> Result<()> {
+        self.groups[slot].slack_at = None;
+        self.clear_slack_pending(slot);
+        let pool = self.pool(slot).load(Ordering::Acquire);
+        if pools::worth_distributing(pool, self.slice_ns) {
+            self.slack_distributions += 1;
+            self.unthrottle(slot)?;
+        }
+        Ok(())
+    }
+
+    /// Record how late a period timer fired.
+    fn note_lateness(&mut self, late: Duration) {
+        if self.lateness.len() == LATENESS_SAMPLES {
+            self.lateness.pop_front();
+        }
+        self.lateness.push_back(late.as_micros() as u64);
     }
 
     fn exited(&mut self) -> bool {
@@ -301,38 +402,37 @@ impl<'a> Scheduler<'a> {
         let start = Instant::now();
         let mut next_poll = start + CGROUP_POLL;
         let mut next_stats = self.stats_every.map(|d| start + d);
-        let first = self.sample();
-        self.report.reset(first, start);
+        let mut prev_report = self.metrics();
 
         while !shutdown.load(Ordering::Relaxed) && !self.exited() {
             let now = Instant::now();
             for slot in 0..self.groups.len() {
-                let expired = self.groups[slot].timer.as_mut().and_then(|t| t.expire(now));
-                if let Some(overrun) = expired {
+                let g = &mut self.groups[slot];
+                let expired = g.timer.as_mut().and_then(|t| t.expire(now).map(|n| (n, t.lateness(now, n))));
+                if let Some((overrun, late)) = expired {
+                    self.note_lateness(late);
                     self.refill(slot, overrun)?;
+                } else if matches!(g.slack_at, Some(at) if now >= at) {
+                    self.distribute_slack(slot)?;
                 }
             }
             // Housekeeping (cgroup polling, the stats report) is not time-critical:
             // it runs at normal priority so it never preempts the tasks we limit.
             let stats_due = matches!(next_stats, Some(at) if now >= at);
             if now >= next_poll || stats_due {
-                if self.realtime {
-                    set_realtime(false);
-                }
-                if now >= next_poll {
-                    self.poll_cgroups(now)?;
-                    next_poll = now + CGROUP_POLL;
-                }
-                if let (true, Some(at), Some(every)) = (stats_due, next_stats, self.stats_every) {
-                    let sample = self.sample();
-                    let taken = Instant::now();
-                    print!("{}", self.report.format(&sample, taken));
-                    self.report.reset(sample, taken);
-                    next_stats = Some(at + every);
-                }
-                if self.realtime {
-                    set_realtime(true);
-                }
+                self.housekeeping(|s| {
+                    if now >= next_poll {
+                        s.poll_cgroups(now)?;
+                        next_poll = now + CGROUP_POLL;
+                    }
+                    if let (true, Some(at), Some(every)) = (stats_due, next_stats, s.stats_every) {
+                        let m = s.metrics();
+                        m.format(&prev_report, &mut std::io::stdout())?;
+                        prev_report = m;
+                        next_stats = Some(at + every);
+                    }
+                    Ok(())
+                })?;
             }
 
             let mut wake = next_poll.min(now + Duration::from_millis(100));
@@ -343,10 +443,31 @@ impl<'a> Scheduler<'a> {
                 if let Some(t) = &g.timer {
                     wake = wake.min(t.deadline());
                 }
+                if let Some(at) = g.slack_at {
+                    wake = wake.min(at);
+                }
             }
-            let now = Instant::now();
-            if wake > now {
-                std::thread::sleep(wake - now);
+            let timeout = wake.saturating_duration_since(Instant::now());
+            let slack_rx = self.slack.as_ref().map(|r| r.slots.clone()).unwrap_or_else(crossbeam::channel::never);
+            let req_rx = self.stats.as_ref().map(|l| l.req.clone()).unwrap_or_else(crossbeam::channel::never);
+            crossbeam::select! {
+                recv(slack_rx) -> slot => {
+                    if let Ok(slot) = slot {
+                        self.on_slack(slot as usize, Instant::now());
+                    }
+                }
+                recv(req_rx) -> req => {
+                    if req.is_ok() {
+                        self.housekeeping(|s| {
+                            let m = s.metrics();
+                            if let Some(link) = &s.stats {
+                                let _ = link.res.send(m);
+                            }
+                            Ok(())
+                        })?;
+                    }
+                }
+                default(timeout) => {}
             }
         }
 
@@ -354,33 +475,121 @@ impl<'a> Scheduler<'a> {
         uei_report!(&self.skel, uei)
     }
 
-    /// Current statistics of every group and the global counters.
-    pub fn sample(&mut self) -> GroupSample {
-        let mut s = GroupSample::default();
+    /// Run `f` at normal priority (the agent is SCHED_FIFO only for its timers).
+    fn housekeeping(&mut self, f: impl FnOnce(&mut Self) -> Result<()>) -> Result<()> {
+        if self.realtime {
+            set_realtime(false);
+        }
+        let res = f(self);
+        if self.realtime {
+            set_realtime(true);
+        }
+        res
+    }
+
+    /// A snapshot of every statistic (see stats.rs).
+    pub fn metrics(&mut self) -> Metrics {
+        let mut m = Metrics { at_us: stats::monotonic_us(), ..Default::default() };
+        stats::counters_into(&mut m, &read_counters(&self.skel.maps.bw_stats));
+        m.refills = self.refills;
+        m.slack_distributions = self.slack_distributions;
+        let mut late: Vec<u64> = self.lateness.iter().copied().collect();
+        late.sort_unstable();
+        m.timer_late_p99_us = late.get((late.len() * 99).div_ceil(100).saturating_sub(1)).copied().unwrap_or(0);
+
         let bss = self.skel.maps.bss_data.as_ref().unwrap();
         for (slot, g) in self.groups.iter().enumerate() {
             // SAFETY: a volatile copy of a plain-old-data struct BPF updates.
             let b = unsafe { std::ptr::read_volatile(&bss.bw_groups[slot]) };
-            s.groups.push(crate::stats::GroupStats {
+            let us = |ns: u64| ns / NSEC_PER_USEC;
+            m.groups.push(GroupMetrics {
                 cgroup: g.cfg.cgroup.clone(),
-                present: g.timer.is_some(),
+                state: if g.timer.is_some() { "enforced" } else { "absent" }.into(),
                 quota_us: g.cfg.quota_us,
                 period_us: g.cfg.period_us,
-                burst_us: g.cfg.burst_us,
-                usage_ns: b.usage,
+                burst_us: if self.no_burst { 0 } else { g.cfg.burst_us },
+                usage_usec: us(b.usage),
                 nr_periods: g.nr_periods,
                 nr_throttled: g.nr_throttled,
-                throttled_ns: b.throttled_time,
+                throttled_usec: us(b.throttled_time),
                 nr_bursts: g.nr_bursts,
-                burst_ns: g.burst_ns,
+                burst_usec: us(g.burst_ns),
                 used_nr_bursts: g.used_nr_bursts,
-                used_burst_ns: g.used_burst_ns,
-                pool_ns: b.runtime,
+                used_burst_usec: us(g.used_burst_ns),
+                slack_returned_usec: us(b.slack_returned),
+                nr_slack_returns: b.nr_slack_returns,
+                pool_usec: b.runtime / NSEC_PER_USEC as i64,
+                nr_parked: b.nr_parked,
+                wait_p50_us: stats::hist_percentile(&b.wait_hist, 0.50),
+                wait_p99_us: stats::hist_percentile(&b.wait_hist, 0.99),
+                wait_max_us: us(b.wait_max_ns),
+                wait_hist: b.wait_hist.to_vec(),
+                history_usec: g.history.iter().map(|&ns| us(ns)).collect(),
             });
         }
-        s.counters = read_counters(&self.skel.maps.bw_stats);
-        s
+        m
     }
+}
+
+/// Serve [`Metrics`] on the scx_stats socket (/var/run/scx/root/stats), created
+/// root-only. The server thread asks the main loop for a snapshot per request.
+/// Without the socket the scheduler still runs (and says so).
+fn launch_stats_server() -> Option<StatsLink> {
+    // SAFETY: umask is process-wide and this runs before any other thread
+    // creates files; it makes the socket 0600 from the start.
+    let old = unsafe { libc::umask(0o077) };
+    let launched = StatsServer::<(), Metrics>::new(stats::server_data().add_stats(
+        "top",
+        Box::new(move |_args, (req, res): (&Sender<()>, &Receiver<Metrics>)| {
+            req.send(())?;
+            res.recv()?.to_json()
+        }),
+    ))
+    .launch();
+    unsafe { libc::umask(old) };
+    match launched {
+        Ok(server) => {
+            let (res, req) = server.channels();
+            Some(StatsLink { _server: server, res, req })
+        }
+        Err(e) => {
+            warn!("stats socket unavailable ({e:#}); --monitor will not work");
+            None
+        }
+    }
+}
+
+/// Start the thread that reads the slack_events ring and forwards slots.
+fn spawn_slack_reader(map: &libbpf_rs::Map) -> Result<SlackReader> {
+    let handle = libbpf_rs::MapHandle::try_from(map).context("slack_events map")?;
+    let (tx, slots) = crossbeam::channel::unbounded();
+    let stop = Arc::new(AtomicBool::new(false));
+    let stop_thread = stop.clone();
+    let thread = std::thread::Builder::new()
+        .name("slack_events".into())
+        .spawn(move || {
+            let mut builder = RingBufferBuilder::new();
+            let added = builder
+                .add(&handle, move |data: &[u8]| {
+                    if let Some(b) = data.get(..4) {
+                        let _ = tx.send(u32::from_ne_bytes(b.try_into().unwrap()));
+                    }
+                    0
+                })
+                .map(|_| ());
+            let ring = match added.and_then(|()| builder.build()) {
+                Ok(r) => r,
+                Err(e) => {
+                    error!("slack_events ring: {e}; slack is distributed at refills only");
+                    return;
+                }
+            };
+            while !stop_thread.load(Ordering::Relaxed) {
+                let _ = ring.poll(Duration::from_millis(100));
+            }
+        })
+        .context("starting the slack_events thread")?;
+    Ok(SlackReader { slots, stop, thread: Some(thread) })
 }
 
 /// Run one of the BPF `SEC("syscall")` programs with `args` as its context

@@ -1,82 +1,189 @@
-//! Statistics: samples of the BPF counters and the `--stats` report.
+//! Statistics: what the agent reads from BPF, served through scx_stats.
+//!
+//! A [`Metrics`] value is a snapshot of cumulative counters (like cpu.stat)
+//! with the time it was taken. The stats socket serves it as JSON (`--monitor`
+//! and any scx_stats client read it); the human table (`--stats`, `--monitor`)
+//! is the difference between two snapshots, computed in one place
+//! ([`Metrics::format`]).
 //!
 //! Per group the figures follow cpu.stat: nr_periods (periods elapsed while
 //! the cgroup existed), nr_throttled (periods that ended with the group
 //! throttled), throttled_usec (sum over CPUs of the time each was throttled),
-//! plus the CPU time the group actually used. Every figure in the report is a
-//! delta over the report interval, computed in one place ([`delta`]).
+//! nr_bursts/burst_usec (runtime moved out of the pool beyond quota), plus
+//! what no kernel file has: CPU time used, used-based bursts, slack returned
+//! and how long runnable tasks waited while throttled.
 
-use std::fmt::Write;
-use std::time::Instant;
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::time::Duration;
+
+use anyhow::Result;
+use scx_stats::prelude::*;
+use scx_stats_derive::Stats;
+use serde::{Deserialize, Serialize};
 
 use crate::bpf_intf;
 
-#[derive(Clone, Debug, Default)]
-pub struct GroupStats {
+#[derive(Clone, Debug, Default, Serialize, Deserialize, Stats)]
+#[stat(_om_prefix = "g_", _om_label = "cgroup")]
+pub struct GroupMetrics {
+    #[stat(desc = "cgroup path, relative to the cgroup2 mount")]
     pub cgroup: String,
-    /// The cgroup exists and its limit is enforced.
-    pub present: bool,
+    #[stat(desc = "\"enforced\" while the cgroup exists, else \"absent\"")]
+    pub state: String,
+    #[stat(desc = "Quota per period (µs)")]
     pub quota_us: u64,
+    #[stat(desc = "Period (µs)")]
     pub period_us: u64,
+    #[stat(desc = "Burst: unused quota that may accumulate (µs)")]
     pub burst_us: u64,
-    pub usage_ns: u64,
+    #[stat(desc = "CPU time used by the group and its descendants (µs, cumulative)")]
+    pub usage_usec: u64,
+    #[stat(desc = "Periods elapsed while the cgroup existed (cpu.stat)")]
     pub nr_periods: u64,
+    #[stat(desc = "Periods that ended with the group throttled (cpu.stat)")]
     pub nr_throttled: u64,
-    pub throttled_ns: u64,
-    /// Periods whose pool consumption exceeded quota, and by how much in total
-    /// (cpu.stat nr_bursts / burst_usec).
+    #[stat(desc = "Sum over CPUs of the time each was throttled (µs, cpu.stat)")]
+    pub throttled_usec: u64,
+    #[stat(desc = "Periods whose pool consumption exceeded quota (cpu.stat nr_bursts)")]
     pub nr_bursts: u64,
-    pub burst_ns: u64,
-    /// Periods whose CPU time really used exceeded quota, and by how much.
+    #[stat(desc = "Pool consumption above quota, summed (µs, cpu.stat burst_usec)")]
+    pub burst_usec: u64,
+    #[stat(desc = "Periods whose CPU time actually used exceeded quota")]
     pub used_nr_bursts: u64,
-    pub used_burst_ns: u64,
-    /// Runtime left in the pool (a level, not a counter).
-    pub pool_ns: i64,
+    #[stat(desc = "CPU time actually used above quota, summed (µs)")]
+    pub used_burst_usec: u64,
+    #[stat(desc = "Local runtime CPUs returned to the pool (slack, µs)")]
+    pub slack_returned_usec: u64,
+    #[stat(desc = "Slack returns")]
+    pub nr_slack_returns: u64,
+    #[stat(desc = "Runtime left in the pool now (µs, a level)")]
+    pub pool_usec: i64,
+    #[stat(desc = "Tasks parked because the group was throttled")]
+    pub nr_parked: u64,
+    #[stat(desc = "Throttle wait, 50th percentile since start: park to running again (µs, bucket upper bound)")]
+    pub wait_p50_us: u64,
+    #[stat(desc = "Throttle wait, 99th percentile since start (µs, bucket upper bound)")]
+    pub wait_p99_us: u64,
+    #[stat(desc = "Longest throttle wait since start (µs)")]
+    pub wait_max_us: u64,
+    #[stat(desc = "Throttle-wait histogram: bucket i counts waits below bucket_upper_us(i), four buckets per power of two")]
+    pub wait_hist: Vec<u64>,
+    #[stat(desc = "CPU time used in each of the last periods, oldest first (µs)")]
+    pub history_usec: Vec<u64>,
 }
 
-#[derive(Clone, Debug, Default)]
-pub struct GroupSample {
-    pub groups: Vec<GroupStats>,
-    /// Global counters indexed by enum bw_stat_idx.
-    pub counters: Vec<u64>,
+#[derive(Clone, Debug, Default, Serialize, Deserialize, Stats)]
+#[stat(top)]
+pub struct Metrics {
+    #[stat(desc = "CLOCK_MONOTONIC time of this snapshot (µs)")]
+    pub at_us: u64,
+    #[stat(desc = "Tasks enqueued")]
+    pub enqueue: u64,
+    #[stat(desc = "Wakeups dispatched straight to an idle CPU")]
+    pub direct: u64,
+    #[stat(desc = "Tasks moved from the shared queue to a CPU")]
+    pub dispatch: u64,
+    #[stat(desc = "Idle CPUs kicked")]
+    pub kick: u64,
+    #[stat(desc = "Tasks parked (their group was throttled)")]
+    pub park: u64,
+    #[stat(desc = "Parked tasks released")]
+    pub release: u64,
+    #[stat(desc = "Slices pulled from pools")]
+    pub pull: u64,
+    #[stat(desc = "CPU-level throttle events")]
+    pub throttle: u64,
+    #[stat(desc = "Running tasks cut short by throttling")]
+    pub preempt: u64,
+    #[stat(desc = "Local runtime returned to pools (slack, µs)")]
+    pub slack_returned_usec: u64,
+    #[stat(desc = "Period refills done by the agent")]
+    pub refills: u64,
+    #[stat(desc = "Slack distributions done by the agent")]
+    pub slack_distributions: u64,
+    #[stat(desc = "Agent period-timer lateness, 99th percentile of the last 1024 refills (µs)")]
+    pub timer_late_p99_us: u64,
+    #[stat(desc = "Per limited group")]
+    pub groups: Vec<GroupMetrics>,
 }
 
-/// Names of the global counters, in bw_stat_idx order.
-pub const COUNTER_NAMES: [&str; bpf_intf::bw_stat_idx_BW_NR_STATS as usize] =
-    ["enqueue", "direct", "dispatch", "park", "release", "pull", "throttle", "preempt"];
+/// Global counters as read from BPF, indexed by enum bw_stat_idx.
+pub fn counters_into(m: &mut Metrics, counters: &[u64]) {
+    let c = |i: u32| counters.get(i as usize).copied().unwrap_or(0);
+    m.enqueue = c(bpf_intf::bw_stat_idx_BW_STAT_ENQUEUE);
+    m.direct = c(bpf_intf::bw_stat_idx_BW_STAT_DIRECT);
+    m.dispatch = c(bpf_intf::bw_stat_idx_BW_STAT_DISPATCH);
+    m.kick = c(bpf_intf::bw_stat_idx_BW_STAT_KICK);
+    m.park = c(bpf_intf::bw_stat_idx_BW_STAT_PARK);
+    m.release = c(bpf_intf::bw_stat_idx_BW_STAT_RELEASE);
+    m.pull = c(bpf_intf::bw_stat_idx_BW_STAT_PULL);
+    m.throttle = c(bpf_intf::bw_stat_idx_BW_STAT_THROTTLE);
+    m.preempt = c(bpf_intf::bw_stat_idx_BW_STAT_PREEMPT);
+    m.slack_returned_usec = c(bpf_intf::bw_stat_idx_BW_STAT_SLACK) / 1000;
+}
+
+/// Upper bound (µs, exclusive) of throttle-wait bucket `b`: buckets 0..4 are 0..4 µs,
+/// then four buckets per power of two (the BPF side's wait_bucket()).
+pub fn bucket_upper_us(b: usize) -> u64 {
+    if b < 4 {
+        return b as u64 + 1;
+    }
+    if b < 8 {
+        // Unused: 4 µs and more starts at bucket 8 (log 2).
+        return 4;
+    }
+    let (log, quarter) = ((b / 4) as u32, (b % 4) as u64);
+    (5 + quarter).checked_shl(log - 2).unwrap_or(u64::MAX)
+}
+
+/// Percentile `q` (0..=1) of a bucketed histogram, as the bucket's upper bound; 0 if empty.
+pub fn hist_percentile(hist: &[u64], q: f64) -> u64 {
+    let total: u64 = hist.iter().sum();
+    if total == 0 {
+        return 0;
+    }
+    let rank = ((total as f64 * q).ceil() as u64).max(1);
+    let mut seen = 0;
+    for (b, n) in hist.iter().enumerate() {
+        seen += n;
+        if seen >= rank {
+            return bucket_upper_us(b);
+        }
+    }
+    bucket_upper_us(hist.len() - 1)
+}
 
 /// Counter difference that survives a counter reset (slot reused).
 fn delta(now: u64, before: u64) -> u64 {
     now.checked_sub(before).unwrap_or(now)
 }
 
-/// Report state: the sample and time of the previous report.
-#[derive(Default)]
-pub struct StatsReport {
-    prev: GroupSample,
-    at: Option<Instant>,
-}
+/// Width of the table's cgroup column; longer paths keep their tail.
+const CGROUP_COL: usize = 28;
 
-impl StatsReport {
-    pub fn reset(&mut self, sample: GroupSample, at: Instant) {
-        self.prev = sample;
-        self.at = Some(at);
-    }
-
-    /// The report for the interval since the last reset, most throttled
-    /// groups first.
-    pub fn format(&self, now: &GroupSample, at: Instant) -> String {
-        let secs = self.at.map(|t| at.duration_since(t).as_secs_f64()).unwrap_or(0.0).max(1e-9);
+impl Metrics {
+    /// The report for the interval from `prev` to `self`: one row per group,
+    /// most throttled first, then the global counters.
+    pub fn format<W: Write>(&self, prev: &Metrics, w: &mut W) -> Result<()> {
+        let secs = (self.at_us.saturating_sub(prev.at_us) as f64 / 1e6).max(1e-9);
+        let before: BTreeMap<&str, &GroupMetrics> = prev.groups.iter().map(|g| (g.cgroup.as_str(), g)).collect();
+        let empty = GroupMetrics::default();
         let mut rows: Vec<(u64, String)> = Vec::new();
-        for (i, g) in now.groups.iter().enumerate() {
-            let p = self.prev.groups.get(i).cloned().unwrap_or_default();
-            let used_s = delta(g.usage_ns, p.usage_ns) as f64 / 1e9;
-            let cpus = used_s / secs;
-            let limit = g.quota_us as f64 / g.period_us as f64;
-            let throttled_ns = delta(g.throttled_ns, p.throttled_ns);
+        for g in &self.groups {
+            let p = before.get(g.cgroup.as_str()).copied().unwrap_or(&empty);
+            let cpus = delta(g.usage_usec, p.usage_usec) as f64 / 1e6 / secs;
+            let limit = g.quota_us as f64 / g.period_us.max(1) as f64;
+            let throttled_us = delta(g.throttled_usec, p.throttled_usec);
+            let hist: Vec<u64> =
+                g.wait_hist.iter().enumerate().map(|(i, n)| delta(*n, *p.wait_hist.get(i).unwrap_or(&0))).collect();
+            let wait = |q| match hist_percentile(&hist, q) {
+                0 => "-".to_string(),
+                us => format!("{:.1}", us as f64 / 1e3),
+            };
             let row = format!(
-                "{:<28} {:>8}/{:<8} {:>6.3} {:>6.3} {:>7.1}% {:>8} {:>9} {:>12.1} {:>6} {:>9.1} {:>6} {:>9.1}{}",
-                clip(&g.cgroup, 28),
+                "{:<CGROUP_COL$} {:>8}/{:<8} {:>6.3} {:>6.3} {:>6.1}% {:>7} {:>7} {:>10.1} {:>6} {:>8.1} {:>6} {:>8.1} {:>7} {:>7}{}",
+                clip(&g.cgroup, CGROUP_COL),
                 g.quota_us,
                 g.period_us,
                 limit,
@@ -84,48 +191,61 @@ impl StatsReport {
                 100.0 * cpus / limit,
                 delta(g.nr_periods, p.nr_periods),
                 delta(g.nr_throttled, p.nr_throttled),
-                throttled_ns as f64 / 1e6,
+                throttled_us as f64 / 1e3,
                 delta(g.nr_bursts, p.nr_bursts),
-                delta(g.burst_ns, p.burst_ns) as f64 / 1e6,
+                delta(g.burst_usec, p.burst_usec) as f64 / 1e3,
                 delta(g.used_nr_bursts, p.used_nr_bursts),
-                delta(g.used_burst_ns, p.used_burst_ns) as f64 / 1e6,
-                if g.present { "" } else { "  (absent)" },
+                delta(g.used_burst_usec, p.used_burst_usec) as f64 / 1e3,
+                wait(0.99),
+                if g.wait_max_us == 0 { "-".to_string() } else { format!("{:.1}", g.wait_max_us as f64 / 1e3) },
+                if g.state == "enforced" { "" } else { "  (absent)" },
             );
-            rows.push((throttled_ns, row));
+            rows.push((throttled_us, row));
         }
         rows.sort_by(|a, b| b.0.cmp(&a.0));
 
-        let mut out = String::new();
-        let _ = writeln!(
-            out,
-            "--- scx_bandwidth {:.1}s ---\n{:<28} {:>17} {:>6} {:>6} {:>8} {:>8} {:>9} {:>12} {:>6} {:>9} {:>6} {:>9}",
-            secs,
+        writeln!(w, "--- scx_bandwidth {secs:.1}s ---")?;
+        writeln!(
+            w,
+            "{:<CGROUP_COL$} {:>17} {:>6} {:>6} {:>7} {:>7} {:>7} {:>10} {:>6} {:>8} {:>6} {:>8} {:>7} {:>7}",
             "cgroup",
             "quota/period us",
             "limit",
             "cpus",
             "of lim",
             "periods",
-            "throttled",
-            "throttled_ms",
+            "thrtld",
+            "thrtld_ms",
             "bursts",
             "burst_ms",
             "used_b",
-            "used_b_ms"
-        );
+            "usedb_ms",
+            "wait99",
+            "waitmax",
+        )?;
         for (_, r) in rows {
-            let _ = writeln!(out, "{r}");
+            writeln!(w, "{r}")?;
         }
-        let counters: Vec<String> = COUNTER_NAMES
-            .iter()
-            .enumerate()
-            .map(|(i, n)| {
-                let d = delta(*now.counters.get(i).unwrap_or(&0), *self.prev.counters.get(i).unwrap_or(&0));
-                format!("{n}={d}")
-            })
-            .collect();
-        let _ = writeln!(out, "counters: {}", counters.join(" "));
-        out
+        let d = |a: u64, b: u64| delta(a, b);
+        writeln!(
+            w,
+            "enqueue={} direct={} dispatch={} kick={} park={} release={} pull={} throttle={} preempt={} \
+             slack_ms={:.1} refills={} slack_dist={} late_p99_us={}",
+            d(self.enqueue, prev.enqueue),
+            d(self.direct, prev.direct),
+            d(self.dispatch, prev.dispatch),
+            d(self.kick, prev.kick),
+            d(self.park, prev.park),
+            d(self.release, prev.release),
+            d(self.pull, prev.pull),
+            d(self.throttle, prev.throttle),
+            d(self.preempt, prev.preempt),
+            d(self.slack_returned_usec, prev.slack_returned_usec) as f64 / 1e3,
+            d(self.refills, prev.refills),
+            d(self.slack_distributions, prev.slack_distributions),
+            self.timer_late_p99_us,
+        )?;
+        Ok(())
     }
 }
 
@@ -138,44 +258,109 @@ fn clip(s: &str, n: usize) -> String {
     }
 }
 
+/// CLOCK_MONOTONIC in µs: the time base of [`Metrics::at_us`].
+pub fn monotonic_us() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: valid out-pointer for clock_gettime.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000 + ts.tv_nsec as u64 / 1_000
+}
+
+/// The scx_stats server's description of every figure (`--help-stats`).
+pub fn server_data() -> StatsServerData<(), Metrics> {
+    StatsServerData::new().add_meta(Metrics::meta()).add_meta(GroupMetrics::meta())
+}
+
+/// `--monitor`: read a running instance's stats socket every `every` and print
+/// the table of each interval. Read-only; needs access to the socket (root).
+pub fn monitor(every: Duration, shutdown: impl Fn() -> bool) -> Result<()> {
+    let mut prev: Option<Metrics> = None;
+    scx_utils::monitor_stats::<Metrics>(&[], every, shutdown, |m| {
+        if let Some(p) = &prev {
+            m.format(p, &mut std::io::stdout())?;
+        }
+        prev = Some(m);
+        Ok(())
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
 
-    fn group(name: &str, usage_ns: u64, throttled_ns: u64, periods: u64) -> GroupStats {
-        GroupStats {
+    fn group(name: &str, usage_usec: u64, throttled_usec: u64, periods: u64) -> GroupMetrics {
+        GroupMetrics {
             cgroup: name.into(),
-            present: true,
+            state: "enforced".into(),
             quota_us: 30_000,
             period_us: 100_000,
-            usage_ns,
+            usage_usec,
             nr_periods: periods,
             nr_throttled: periods,
-            throttled_ns,
+            throttled_usec,
             ..Default::default()
         }
     }
 
     #[test]
     fn report_uses_deltas_and_sorts_by_throttling() {
-        let t0 = Instant::now();
-        let mut r = StatsReport::default();
-        let before = GroupSample {
-            groups: vec![group("a", 1_000_000_000, 0, 10), group("b", 0, 0, 10)],
-            counters: vec![0; COUNTER_NAMES.len()],
+        let before = Metrics {
+            at_us: 1_000_000,
+            groups: vec![group("a", 1_000_000, 0, 10), group("b", 0, 0, 10)],
+            ..Default::default()
         };
-        r.reset(before, t0);
-        let after = GroupSample {
-            groups: vec![group("a", 1_300_000_000, 100_000_000, 20), group("b", 300_000_000, 700_000_000, 20)],
-            counters: vec![5; COUNTER_NAMES.len()],
+        let after = Metrics {
+            at_us: 2_000_000,
+            enqueue: 5,
+            groups: vec![group("a", 1_300_000, 100_000, 20), group("b", 300_000, 700_000, 20)],
+            ..Default::default()
         };
-        let text = r.format(&after, t0 + Duration::from_secs(1));
+        let mut out = Vec::new();
+        after.format(&before, &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
         let lines: Vec<&str> = text.lines().collect();
         assert!(lines[2].starts_with("b "), "{text}");
         assert!(lines[2].contains(" 0.300 ") && lines[2].contains("100.0%") && lines[2].contains("700.0"), "{text}");
         assert!(lines[3].starts_with("a ") && lines[3].contains("100.0"), "{text}");
         assert!(text.contains("enqueue=5"), "{text}");
+    }
+
+    #[test]
+    fn rows_follow_cgroups_not_positions() {
+        // A group that appears between two snapshots is compared with zero.
+        let before = Metrics { at_us: 0, groups: vec![group("a", 500_000, 0, 0)], ..Default::default() };
+        let after = Metrics {
+            at_us: 1_000_000,
+            groups: vec![group("new", 150_000, 0, 0), group("a", 800_000, 0, 0)],
+            ..Default::default()
+        };
+        let mut out = Vec::new();
+        after.format(&before, &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.lines().any(|l| l.starts_with("new ") && l.contains(" 0.150 ")), "{text}");
+        assert!(text.lines().any(|l| l.starts_with("a ") && l.contains(" 0.300 ")), "{text}");
+    }
+
+    #[test]
+    fn buckets_match_the_bpf_layout() {
+        // 0..4 µs one bucket each, then [4,5) [5,6) [6,7) [7,8) for log 2, [8,10) ... for log 3.
+        assert_eq!((0..4).map(bucket_upper_us).collect::<Vec<_>>(), vec![1, 2, 3, 4]);
+        assert_eq!((8..12).map(bucket_upper_us).collect::<Vec<_>>(), vec![5, 6, 7, 8]);
+        assert_eq!((12..16).map(bucket_upper_us).collect::<Vec<_>>(), vec![10, 12, 14, 16]);
+        // 100 ms = 100000 µs: log 16 (65536), quarter (100000 >> 14) & 3 = 2 -> upper 7 << 14.
+        assert_eq!(bucket_upper_us(4 * 16 + 2), 7 << 14);
+        assert!(bucket_upper_us(bpf_intf::bw_consts_BW_WAIT_BUCKETS as usize - 1) >= 16_000_000);
+    }
+
+    #[test]
+    fn percentiles_from_buckets() {
+        let mut h = vec![0u64; 96];
+        assert_eq!(hist_percentile(&h, 0.99), 0);
+        h[10] = 99; // < 7 µs
+        h[40] = 1; // 10th power: [1024·(4+0)/4 ...) upper 5 << 8 = 1280
+        assert_eq!(hist_percentile(&h, 0.5), 7);
+        assert_eq!(hist_percentile(&h, 0.99), 7);
+        assert_eq!(hist_percentile(&h, 1.0), 1280);
     }
 
     #[test]
@@ -188,5 +373,15 @@ mod tests {
     fn delta_survives_reset() {
         assert_eq!(delta(10, 4), 6);
         assert_eq!(delta(3, 9), 3);
+    }
+
+    #[test]
+    fn every_field_is_described() {
+        let mut out = Vec::new();
+        server_data().describe_meta(&mut out, None).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        for f in ["usage_usec", "nr_throttled", "throttled_usec", "wait_p99_us", "timer_late_p99_us", "slack_returned_usec"] {
+            assert!(text.contains(f), "{f} missing from:\n{text}");
+        }
     }
 }

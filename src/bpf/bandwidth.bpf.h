@@ -13,6 +13,10 @@
  *   unthrottle  the agent refills the pool (it owns the period timer) and
  *               runs bw_unthrottle(), which settles the throttle clocks and
  *               moves parked tasks back to the shared queue.
+ *   slack       when a task of the group goes to sleep, its CPU gives the
+ *               local runtime above BW_MIN_LOCAL_NS back to the pool; if
+ *               the group is throttled and the pool now holds more than a
+ *               slice, the agent is told (slack_events) and distributes it.
  *
  * A task's "chain" is the list of limited groups it belongs to: its own cgroup
  * and every ancestor that has a slot. It is resolved from the cgroup hierarchy
@@ -30,6 +34,8 @@ const volatile u64 bw_slice_ns = 5ULL * 1000 * 1000;
 const volatile u32 nr_cpu_ids = 1;
 /* Thread group of the agent: its tasks are never charged nor parked. */
 const volatile s32 agent_tgid = -1;
+/* Return local runtime to the pool when a CPU stops running a group (slack). */
+const volatile bool bw_slack_return = true;
 
 /* The limited groups; the agent mmaps this array (see intf.h). */
 struct bw_group bw_groups[BW_MAX_GROUPS];
@@ -60,11 +66,20 @@ struct {
 	__type(value, u64);
 } bw_stats SEC(".maps");
 
+/* Slots whose pool got slack while throttled, for the agent (bw_slack_event). */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 64 * 1024);
+} slack_events SEC(".maps");
+
 struct task_ctx {
 	/* The chain below is valid while gen == bw_cfg_gen. */
 	u64 gen;
 	/* p->se.sum_exec_runtime when this task was last charged. */
 	u64 last_charge;
+	/* When the task parked (0 = not parked) and in which slot. */
+	u64 parked_at;
+	u32 parked_slot;
 	u32 nr_chain;
 	u32 chain[BW_MAX_CHAIN];
 };
@@ -328,15 +343,123 @@ static __always_inline u64 bw_slice_cap(struct task_ctx *tctx, u64 slice)
 	return slice;
 }
 
-static __always_inline void bw_park(struct task_struct *p, s32 slot, u64 slice,
-				    u64 vtime, u64 enq_flags)
+/* Count a task parked on @slot and start its wait clock. */
+static __always_inline void bw_note_parked(struct task_ctx *tctx, s32 slot)
 {
 	struct bw_group *g = bw_group(slot);
 
-	scx_bpf_dsq_insert_vtime(p, BW_PARK_DSQ_BASE + slot, slice, vtime, enq_flags);
 	stat_inc(BW_STAT_PARK);
 	if (g)
 		__sync_fetch_and_add(&g->nr_parked, 1);
+	if (tctx && !tctx->parked_at) {
+		tctx->parked_at = bpf_ktime_get_ns();
+		tctx->parked_slot = slot;
+	}
+}
+
+static __always_inline void bw_park(struct task_struct *p, struct task_ctx *tctx, s32 slot,
+				    u64 slice, u64 vtime, u64 enq_flags)
+{
+	scx_bpf_dsq_insert_vtime(p, BW_PARK_DSQ_BASE + slot, slice, vtime, enq_flags);
+	bw_note_parked(tctx, slot);
+}
+
+/* Histogram bucket of a wait (see BW_WAIT_BUCKETS): four per power of two µs. */
+static __always_inline u32 wait_bucket(u64 ns)
+{
+	u64 us = ns / 1000;
+	u32 log = 0, b;
+
+	if (us < 4)
+		return us;
+	if (us >= 1ULL << 32) { us >>= 32; log += 32; }
+	if (us >= 1ULL << 16) { us >>= 16; log += 16; }
+	if (us >= 1ULL << 8) { us >>= 8; log += 8; }
+	if (us >= 1ULL << 4) { us >>= 4; log += 4; }
+	if (us >= 1ULL << 2) { us >>= 2; log += 2; }
+	if (us >= 1ULL << 1) { us >>= 1; log += 1; }
+	/* us is now 1; the two bits below the top one pick the quarter. */
+	b = 4 * log + (u32)((ns / 1000 >> (log - 2)) & 3);
+	return b < BW_WAIT_BUCKETS ? b : BW_WAIT_BUCKETS - 1;
+}
+
+/*
+ * A task that had parked runs again: record how long it waited in its
+ * group's throttle-wait histogram.
+ */
+static __always_inline void bw_note_unparked(struct task_ctx *tctx)
+{
+	struct bw_group *g;
+	u64 wait;
+
+	if (!tctx->parked_at)
+		return;
+	wait = bpf_ktime_get_ns() - tctx->parked_at;
+	tctx->parked_at = 0;
+	g = bw_group(tctx->parked_slot);
+	if (!g)
+		return;
+	__sync_fetch_and_add(&g->wait_hist[wait_bucket(wait) % BW_WAIT_BUCKETS], 1);
+	if (wait > READ_ONCE(g->wait_max_ns))
+		WRITE_ONCE(g->wait_max_ns, wait);
+}
+
+/*
+ * Slack return (fair.c: return_cfs_rq_runtime): this CPU stops running the
+ * task's groups, so it keeps BW_MIN_LOCAL_NS of each group's local runtime
+ * and gives the rest back to the pool, where other CPUs can use it in this
+ * period. When the group is throttled and the pool now holds more than a
+ * slice, tell the agent, which distributes it after the slack delay.
+ */
+static void bw_return_slack(struct task_ctx *tctx)
+{
+	s32 i;
+	bpf_for(i, 0, BW_MAX_CHAIN) {
+		struct bw_slack_event *ev;
+		struct bw_group *g;
+		struct bw_cpu *c;
+		s64 slack, pool;
+		u32 slot;
+
+		if (i >= tctx->nr_chain)
+			break;
+		slot = chain_slot(tctx, i);
+		g = bw_group(slot);
+		c = bw_cpu_local(slot);
+		if (!g || !c)
+			continue;
+		slack = c->runtime - (s64)BW_MIN_LOCAL_NS;
+		if (slack <= 0)
+			continue;
+		c->runtime -= slack;
+		pool = __sync_add_and_fetch(&g->runtime, slack);
+		__sync_fetch_and_add(&g->slack_returned, slack);
+		__sync_fetch_and_add(&g->nr_slack_returns, 1);
+		stat_add(BW_STAT_SLACK, slack);
+
+		if (!READ_ONCE(g->throttled) || pool <= (s64)bw_slice_ns)
+			continue;
+		if (__sync_val_compare_and_swap(&g->slack_pending, 0, 1) != 0)
+			continue;
+		ev = bpf_ringbuf_reserve(&slack_events, sizeof(*ev), 0);
+		if (!ev) {
+			/* Ring full: the agent's next refill releases the group. */
+			WRITE_ONCE(g->slack_pending, 0);
+			continue;
+		}
+		ev->slot = slot;
+		ev->pad = 0;
+		bpf_ringbuf_submit(ev, 0);
+	}
+}
+
+/* Wake every idle CPU (to run tasks just moved to the shared queue). */
+static __always_inline void kick_idle_cpus(void)
+{
+	s32 cpu;
+	bpf_for(cpu, 0, nr_cpu_ids)
+		scx_bpf_kick_cpu(cpu, SCX_KICK_IDLE);
+	stat_inc(BW_STAT_KICK);
 }
 
 /*
@@ -384,11 +507,8 @@ int bw_unthrottle(struct bw_unthrottle_args *args)
 			args->nr_released++;
 	}
 	bpf_rcu_read_unlock();
-	if (args->nr_released) {
-		s32 cpu;
-		bpf_for(cpu, 0, nr_cpu_ids)
-			scx_bpf_kick_cpu(cpu, SCX_KICK_IDLE);
-	}
+	if (args->nr_released)
+		kick_idle_cpus();
 	stat_add(BW_STAT_RELEASE, args->nr_released);
 	return 0;
 }
@@ -407,6 +527,7 @@ int bw_reset_slot(struct bw_reset_args *args)
 	if (!g)
 		return -EINVAL;
 	WRITE_ONCE(g->throttled, 0);
+	WRITE_ONCE(g->slack_pending, 0);
 	s32 cpu;
 	bpf_for(cpu, 0, nr_cpu_ids) {
 		struct bw_cpu *c = bpf_map_lookup_percpu_elem(&bw_cpus, &slot, cpu);
@@ -420,8 +541,7 @@ int bw_reset_slot(struct bw_reset_args *args)
 	bpf_for_each(scx_dsq, p, BW_PARK_DSQ_BASE + slot, 0)
 		scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, BW_SHARED_DSQ, 0);
 	bpf_rcu_read_unlock();
-	bpf_for(cpu, 0, nr_cpu_ids)
-		scx_bpf_kick_cpu(cpu, SCX_KICK_IDLE);
+	kick_idle_cpus();
 	return 0;
 }
 

@@ -38,6 +38,18 @@ enum bw_consts {
 
 	/* A task's cached chain is valid while its gen equals bw_cfg_gen. */
 	BW_GEN_STALE		= 0,
+
+	/*
+	 * Local runtime a CPU keeps when it stops running a group's work; the
+	 * rest goes back to the pool (fair.c: min_cfs_rq_runtime).
+	 */
+	BW_MIN_LOCAL_NS		= 1000 * 1000,
+
+	/*
+	 * Throttle-wait histogram: bucket (4 * log2(us) + next two bits) of
+	 * the time a task waited parked, so each power of two is split in four.
+	 */
+	BW_WAIT_BUCKETS		= 96,
 };
 
 /*
@@ -61,7 +73,11 @@ struct bw_group {
 	 * agent's refill. While set, newly runnable tasks of the group park.
 	 */
 	u32 throttled;
-	u32 pad;
+	/*
+	 * Set by the CPU that returned slack into a throttled pool and told the
+	 * agent (slack_events ring); cleared by the agent when it handled it.
+	 */
+	u32 slack_pending;
 
 	/* --- statistics, written by BPF, read by the agent --- */
 	/* CPU time charged to the group (all CPUs, includes descendants). */
@@ -79,6 +95,12 @@ struct bw_group {
 	 * at most.
 	 */
 	u64 nr_parked;
+	/* Runtime CPUs gave back to the pool (slack return), and how often. */
+	u64 slack_returned;
+	u64 nr_slack_returns;
+	/* How long parked tasks waited until they ran again (see BW_WAIT_BUCKETS). */
+	u64 wait_hist[BW_WAIT_BUCKETS];
+	u64 wait_max_ns;
 };
 
 /*
@@ -105,6 +127,12 @@ struct bw_reset_args {
 	u32 pad;
 };
 
+/* Record of the slack_events ring buffer: slack returned into a throttled pool. */
+struct bw_slack_event {
+	u32 slot;
+	u32 pad;
+};
+
 /* Global counters, per CPU, summed by the agent. */
 enum bw_stat_idx {
 	BW_STAT_ENQUEUE,
@@ -115,6 +143,8 @@ enum bw_stat_idx {
 	BW_STAT_PULL,		/* slices pulled from a pool */
 	BW_STAT_THROTTLE,	/* CPU-level throttle events */
 	BW_STAT_PREEMPT,	/* running tasks cut short by throttling */
+	BW_STAT_KICK,		/* idle CPUs kicked to run released or queued tasks */
+	BW_STAT_SLACK,		/* ns of local runtime returned to pools */
 	BW_NR_STATS,
 };
 

@@ -94,7 +94,7 @@ void BPF_STRUCT_OPS(bw_enqueue, struct task_struct *p, u64 enq_flags)
 		bw_refresh_chain(p, tctx);
 		slot = bw_throttled_slot(tctx);
 		if (slot >= 0) {
-			bw_park(p, slot, task_slice_ns, vtime, enq_flags);
+			bw_park(p, tctx, slot, task_slice_ns, vtime, enq_flags);
 			return;
 		}
 	}
@@ -114,8 +114,10 @@ void BPF_STRUCT_OPS(bw_enqueue, struct task_struct *p, u64 enq_flags)
 
 	/* Work-conserving: wake an idle CPU the task may run on. */
 	cpu = scx_bpf_pick_idle_cpu(p->cpus_ptr, 0);
-	if (cpu >= 0)
+	if (cpu >= 0) {
 		scx_bpf_kick_cpu(cpu, SCX_KICK_IDLE);
+		stat_inc(BW_STAT_KICK);
+	}
 }
 
 void BPF_STRUCT_OPS(bw_dispatch, s32 cpu, struct task_struct *prev)
@@ -132,14 +134,9 @@ void BPF_STRUCT_OPS(bw_dispatch, s32 cpu, struct task_struct *prev)
 		if (tctx && tctx->nr_chain) {
 			slot = bw_blocked_slot(tctx);
 			if (slot >= 0) {
-				struct bw_group *g = bw_group(slot);
-
 				if (scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p,
-							   BW_PARK_DSQ_BASE + slot, 0)) {
-					stat_inc(BW_STAT_PARK);
-					if (g)
-						__sync_fetch_and_add(&g->nr_parked, 1);
-				}
+							   BW_PARK_DSQ_BASE + slot, 0))
+					bw_note_parked(tctx, slot);
 				continue;
 			}
 		}
@@ -174,8 +171,6 @@ void BPF_STRUCT_OPS(bw_running, struct task_struct *p)
 
 	tctx->last_charge = p->se.sum_exec_runtime;
 	bw_refresh_chain(p, tctx);
-	if (!tctx->nr_chain)
-		return;
 
 	/*
 	 * Tasks placed on a local queue directly (wakeup to an idle CPU,
@@ -184,13 +179,16 @@ void BPF_STRUCT_OPS(bw_running, struct task_struct *p)
 	 * (no SCX_OPS_ENQ_EXITING), so preempting them would only bounce them
 	 * back here in a loop, and they must run to die.
 	 */
-	if (!(p->flags & PF_EXITING) && bw_blocked_slot(tctx) >= 0) {
+	if (tctx->nr_chain && !(p->flags & PF_EXITING) && bw_blocked_slot(tctx) >= 0) {
 		p->scx.slice = 0;
 		scx_bpf_kick_cpu(scx_bpf_task_cpu(p), SCX_KICK_PREEMPT);
 		stat_inc(BW_STAT_PREEMPT);
 		return;
 	}
-	p->scx.slice = bw_slice_cap(tctx, p->scx.slice);
+	/* Runs for real: a wait in a park queue ends here. */
+	bw_note_unparked(tctx);
+	if (tctx->nr_chain)
+		p->scx.slice = bw_slice_cap(tctx, p->scx.slice);
 }
 
 void BPF_STRUCT_OPS(bw_tick, struct task_struct *p)
@@ -211,8 +209,15 @@ void BPF_STRUCT_OPS(bw_stopping, struct task_struct *p, bool runnable)
 {
 	struct task_ctx *tctx = task_ctx(p);
 
-	if (tctx)
-		charge(p, tctx);
+	if (!tctx)
+		return;
+	charge(p, tctx);
+	/*
+	 * Going to sleep: this CPU has nothing of the task's groups to run
+	 * now, so their local runtime above the floor goes back to the pools.
+	 */
+	if (!runnable && bw_slack_return && tctx->nr_chain)
+		bw_return_slack(tctx);
 }
 
 void BPF_STRUCT_OPS(bw_enable, struct task_struct *p)
@@ -273,10 +278,18 @@ void BPF_STRUCT_OPS(bw_dump, struct scx_dump_ctx *dctx)
 			continue;
 		scx_bpf_dump("group[%d] cgid=%llu quota=%llu period=%llu burst=%llu\n",
 			     slot, g->cgid, g->quota, g->period, g->burst);
-		scx_bpf_dump("  pool=%lld throttled=%u parked_now=%d usage=%llu throttled_time=%llu\n",
-			     g->runtime, g->throttled,
+		scx_bpf_dump("  pool=%lld throttled=%u slack_pending=%u parked_now=%d usage=%llu throttled_time=%llu\n",
+			     g->runtime, g->throttled, g->slack_pending,
 			     scx_bpf_dsq_nr_queued(BW_PARK_DSQ_BASE + slot),
 			     g->usage, g->throttled_time);
+		s32 cpu;
+		bpf_for(cpu, 0, nr_cpu_ids) {
+			struct bw_cpu *c = bpf_map_lookup_percpu_elem(&bw_cpus, &slot, cpu);
+
+			if (c && (c->runtime || c->throttled_at))
+				scx_bpf_dump("  cpu%d local=%lld throttled_at=%llu\n",
+					     cpu, c->runtime, c->throttled_at);
+		}
 	}
 }
 
