@@ -29,6 +29,8 @@ const volatile u64 task_slice_ns = 5ULL * 1000 * 1000;
 
 /* Largest vtime of any task that started running: the queue's "now". */
 static u64 vtime_now;
+/* Target of the atomic that orders idle transitions against enqueues. */
+static u64 idle_seq;
 
 UEI_DEFINE(uei);
 
@@ -112,7 +114,12 @@ void BPF_STRUCT_OPS(bw_enqueue, struct task_struct *p, u64 enq_flags)
 
 	scx_bpf_dsq_insert_vtime(p, BW_SHARED_DSQ, task_slice_ns, vtime, enq_flags);
 
-	/* Work-conserving: wake an idle CPU the task may run on. */
+	/*
+	 * Work-conserving: wake an idle CPU the task may run on. The barrier
+	 * pairs with bw_update_idle(): either we see the CPU idle or it sees
+	 * the task queued.
+	 */
+	__sync_fetch_and_add(&idle_seq, 1);
 	cpu = scx_bpf_pick_idle_cpu(p->cpus_ptr, 0);
 	if (cpu >= 0) {
 		scx_bpf_kick_cpu(cpu, SCX_KICK_IDLE);
@@ -120,8 +127,30 @@ void BPF_STRUCT_OPS(bw_enqueue, struct task_struct *p, u64 enq_flags)
 	}
 }
 
+/*
+ * Whether prev may go on running here: it is still runnable and its groups can
+ * pay for it on this CPU (pulling runtime if needed).
+ */
+static bool prev_can_go_on(struct task_struct *prev)
+{
+	struct task_ctx *tctx;
+
+	if (!prev || !(prev->scx.flags & SCX_TASK_QUEUED))
+		return false;
+	tctx = task_ctx(prev);
+	return !(tctx && tctx->nr_chain && bw_blocked_slot(tctx) >= 0);
+}
+
+static void keep_prev(struct task_struct *prev)
+{
+	struct task_ctx *tctx = task_ctx(prev);
+
+	prev->scx.slice = tctx ? bw_slice_cap(tctx, task_slice_ns) : task_slice_ns;
+}
+
 void BPF_STRUCT_OPS(bw_dispatch, s32 cpu, struct task_struct *prev)
 {
+	bool can_keep = prev_can_go_on(prev);
 	struct task_struct *p;
 
 	bpf_for_each(scx_dsq, p, BW_SHARED_DSQ, 0) {
@@ -130,6 +159,15 @@ void BPF_STRUCT_OPS(bw_dispatch, s32 cpu, struct task_struct *prev)
 
 		if (!bpf_cpumask_test_cpu(cpu, p->cpus_ptr))
 			continue;
+		/*
+		 * The queue is in vtime order: if prev is not behind the first
+		 * task this CPU could take, prev goes on and nothing migrates.
+		 * (prev's vtime is current: tick charges every task.)
+		 */
+		if (can_keep && prev && !vtime_before(p->scx.dsq_vtime, prev->scx.dsq_vtime)) {
+			keep_prev(prev);
+			return;
+		}
 		tctx = task_ctx(p);
 		if (tctx && tctx->nr_chain) {
 			slot = bw_blocked_slot(tctx);
@@ -151,12 +189,34 @@ void BPF_STRUCT_OPS(bw_dispatch, s32 cpu, struct task_struct *prev)
 	 * pay for it here. A throttled one is left alone; the kernel then
 	 * passes it to enqueue (SCX_OPS_ENQ_LAST), which parks it.
 	 */
-	if (prev && (prev->scx.flags & SCX_TASK_QUEUED)) {
-		struct task_ctx *tctx = task_ctx(prev);
+	if (can_keep && prev)
+		keep_prev(prev);
+}
 
-		if (tctx && tctx->nr_chain && bw_blocked_slot(tctx) >= 0)
-			return;
-		prev->scx.slice = tctx ? bw_slice_cap(tctx, task_slice_ns) : task_slice_ns;
+/*
+ * A CPU going idle re-checks the shared queue. This closes the race between
+ * an enqueue that saw no idle CPU and this CPU having just found the queue
+ * empty: without it the task would wait for another CPU's slice to end.
+ * Kick only for a task allowed here, or an idle CPU would spin on a queue of
+ * tasks pinned elsewhere.
+ */
+void BPF_STRUCT_OPS(bw_update_idle, s32 cpu, bool idle)
+{
+	struct task_struct *p;
+	u32 n = 0;
+
+	if (!idle)
+		return;
+	/* Full barrier: our idle bit is visible before we look at the queue. */
+	__sync_fetch_and_add(&idle_seq, 1);
+	bpf_for_each(scx_dsq, p, BW_SHARED_DSQ, 0) {
+		if (bpf_cpumask_test_cpu(cpu, p->cpus_ptr)) {
+			scx_bpf_kick_cpu(cpu, SCX_KICK_IDLE);
+			stat_inc(BW_STAT_KICK);
+			break;
+		}
+		if (++n >= 16)
+			break;
 	}
 }
 
@@ -195,9 +255,15 @@ void BPF_STRUCT_OPS(bw_tick, struct task_struct *p)
 {
 	struct task_ctx *tctx = task_ctx(p);
 
-	if (!tctx || !tctx->nr_chain)
+	bool paid;
+
+	if (!tctx)
 		return;
-	if (!charge(p, tctx) && !(p->flags & PF_EXITING)) {
+	/* Every task is charged: its vtime stays current for dispatch. */
+	paid = charge(p, tctx);
+	if (!tctx->nr_chain)
+		return;
+	if (!paid && !(p->flags & PF_EXITING)) {
 		p->scx.slice = 0;
 		stat_inc(BW_STAT_PREEMPT);
 		return;
@@ -307,6 +373,7 @@ SCX_OPS_DEFINE(bandwidth_ops,
 	       .select_cpu		= (void *)bw_select_cpu,
 	       .enqueue			= (void *)bw_enqueue,
 	       .dispatch		= (void *)bw_dispatch,
+	       .update_idle		= (void *)bw_update_idle,
 	       .running			= (void *)bw_running,
 	       .tick			= (void *)bw_tick,
 	       .stopping		= (void *)bw_stopping,
@@ -317,5 +384,5 @@ SCX_OPS_DEFINE(bandwidth_ops,
 	       .exit			= (void *)bw_exit,
 	       .dump			= (void *)bw_dump,
 	       .dump_task		= (void *)bw_dump_task,
-	       .flags			= SCX_OPS_ENQ_LAST,
+	       .flags			= SCX_OPS_ENQ_LAST | SCX_OPS_KEEP_BUILTIN_IDLE,
 	       .name			= "scx_bandwidth");
