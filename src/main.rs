@@ -49,7 +49,12 @@ fn main() -> ExitCode {
     };
     let shutdown = Arc::new(AtomicBool::new(false));
     let flag = shutdown.clone();
-    if let Err(e) = ctrlc::set_handler(move || flag.store(true, Ordering::Relaxed)) {
+    // The channel wakes the agent's loop at once; the flag is what it checks.
+    let (wake_tx, wake_rx) = crossbeam::channel::bounded::<()>(1);
+    if let Err(e) = ctrlc::set_handler(move || {
+        flag.store(true, Ordering::Relaxed);
+        let _ = wake_tx.try_send(());
+    }) {
         error!("cannot install the signal handler: {e}");
         return ExitCode::FAILURE;
     }
@@ -77,7 +82,7 @@ fn main() -> ExitCode {
     let mut open_object = MaybeUninit::uninit();
     loop {
         let result = Scheduler::init(&opts, &config, root.clone(), &mut open_object)
-            .and_then(|mut sched| sched.run(shutdown.clone()));
+            .and_then(|mut sched| sched.run(shutdown.clone(), &wake_rx));
         match result {
             // uei_report! already printed the exit reason; an error exit
             // comes back as Err.

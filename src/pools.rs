@@ -54,6 +54,16 @@ pub fn used_burst(used: u64, quota: u64) -> Option<u64> {
     used.checked_sub(quota).filter(|&x| x > 0)
 }
 
+/// The quota that belongs to `elapsed` of wall time: usage is read when the agent
+/// refills, which may be a little late or early relative to the period grid, so a
+/// "period" as measured is not exactly one period long. Comparing what was used
+/// with the quota of the time actually measured keeps agent jitter out of the
+/// used-based burst figures.
+pub fn quota_for(quota: u64, period: Duration, elapsed: Duration) -> u64 {
+    let p = period.as_nanos().max(1);
+    (quota as u128 * elapsed.as_nanos() / p).min(u64::MAX as u128) as u64
+}
+
 /// Delay between slack coming back to a throttled pool and its distribution
 /// (fair.c: cfs_bandwidth_slack_period), so that several returns are batched.
 pub const SLACK_DELAY: Duration = Duration::from_millis(5);
@@ -167,6 +177,19 @@ mod tests {
         assert_eq!(used_burst(61 * MS, q), Some(MS));
         assert_eq!(used_burst(59_999_999, q), None);
         assert_eq!(used_burst(q, q), None);
+    }
+
+    #[test]
+    fn used_bursts_follow_the_time_measured() {
+        let p = Duration::from_millis(100);
+        assert_eq!(quota_for(60 * MS, p, p), 60 * MS);
+        // Measured over 106 ms (refill 6 ms late): 63 ms used is no burst.
+        let q = quota_for(60 * MS, p, Duration::from_millis(106));
+        assert_eq!(q, 63_600_000);
+        assert_eq!(used_burst(63 * MS, q), None);
+        // Three periods missed and refilled once: three quotas.
+        assert_eq!(quota_for(60 * MS, p, 3 * p), 180 * MS);
+        assert_eq!(quota_for(u64::MAX, p, 3 * p), u64::MAX);
     }
 
     #[test]

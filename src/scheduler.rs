@@ -36,6 +36,8 @@ use crate::stats::{self, GroupMetrics, Metrics};
 
 /// How often configured cgroup paths are checked for appearing/vanishing.
 const CGROUP_POLL: Duration = Duration::from_millis(200);
+/// How much later than due a cgroup poll may run to share a wakeup with a timer.
+const POLL_SLACK: Duration = Duration::from_millis(50);
 
 const NSEC_PER_USEC: u64 = 1_000;
 
@@ -58,6 +60,8 @@ pub struct Group {
     /// Pool right after the last refill, and bw_group.usage then.
     snap: i64,
     usage_at_refill: u64,
+    /// When the last refill read usage.
+    refilled_at: Option<Instant>,
     /// Kernel-defined burst figures (runtime moved out of the pool beyond quota).
     pub nr_bursts: u64,
     pub burst_ns: u64,
@@ -83,6 +87,7 @@ impl Group {
             seen_parked: 0,
             snap: 0,
             usage_at_refill: 0,
+            refilled_at: None,
             nr_bursts: 0,
             burst_ns: 0,
             used_nr_bursts: 0,
@@ -99,14 +104,16 @@ impl Group {
 
     /// Account the period(s) a refill closes: pool-based and used-based bursts and the
     /// usage history.
-    fn close_period(&mut self, left: i64, refilled: i64, usage: u64, overrun: u64) {
+    fn close_period(&mut self, left: i64, refilled: i64, usage: u64, overrun: u64, now: Instant) {
         let quota = self.cfg.quota_us * NSEC_PER_USEC;
         if let Some(b) = pools::pool_burst(self.snap, left, quota) {
             self.nr_bursts += 1;
             self.burst_ns += b;
         }
         let used = usage.saturating_sub(self.usage_at_refill);
-        if let Some(b) = pools::used_burst(used, quota.saturating_mul(overrun)) {
+        let period = Duration::from_micros(self.cfg.period_us);
+        let elapsed = self.refilled_at.map_or(period * overrun as u32, |t| now.duration_since(t));
+        if let Some(b) = pools::used_burst(used, pools::quota_for(quota, period, elapsed)) {
             self.used_nr_bursts += 1;
             self.used_burst_ns += b;
         }
@@ -116,6 +123,7 @@ impl Group {
         self.history.push_back(used);
         self.snap = refilled;
         self.usage_at_refill = usage;
+        self.refilled_at = Some(now);
     }
 }
 
@@ -134,11 +142,11 @@ struct SlackReader {
 }
 
 impl Drop for SlackReader {
+    /// The thread notices within one poll timeout (it holds its own map handle, so it
+    /// may outlive the skeleton); not joined, so a shutdown does not wait for it.
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        drop(self.thread.take());
     }
 }
 
@@ -278,6 +286,7 @@ impl<'a> Scheduler<'a> {
                     self.bss().bw_groups[slot].cgid = cgid;
                     self.groups[slot].snap = full;
                     self.groups[slot].usage_at_refill = usage;
+                    self.groups[slot].refilled_at = Some(now);
                     self.skel
                         .maps
                         .cgid_slot
@@ -343,7 +352,7 @@ impl<'a> Scheduler<'a> {
         if throttled != 0 {
             g.nr_throttled += overrun;
         }
-        g.close_period(left, refilled, usage, overrun);
+        g.close_period(left, refilled, usage, overrun, Instant::now());
         // The refill distributes whatever slack was waiting.
         g.slack_at = None;
         let release = throttled != 0 || parked != g.seen_parked;
@@ -398,7 +407,7 @@ impl<'a> Scheduler<'a> {
     }
 
     /// The agent's event loop until shutdown or a scheduler exit.
-    pub fn run(&mut self, shutdown: Arc<AtomicBool>) -> Result<UserExitInfo> {
+    pub fn run(&mut self, shutdown: Arc<AtomicBool>, wakeup: &Receiver<()>) -> Result<UserExitInfo> {
         let start = Instant::now();
         let mut next_poll = start + CGROUP_POLL;
         let mut next_stats = self.stats_every.map(|d| start + d);
@@ -416,16 +425,15 @@ impl<'a> Scheduler<'a> {
                     self.distribute_slack(slot)?;
                 }
             }
-            // Housekeeping (cgroup polling, the stats report) is not time-critical:
-            // it runs at normal priority so it never preempts the tasks we limit.
-            let stats_due = matches!(next_stats, Some(at) if now >= at);
-            if now >= next_poll || stats_due {
+            // The cgroup poll is a stat() per configured group: done at once. The stats
+            // report is housekeeping (see below).
+            if now >= next_poll {
+                self.poll_cgroups(now)?;
+                next_poll = now + CGROUP_POLL;
+            }
+            if matches!(next_stats, Some(at) if now >= at) {
                 self.housekeeping(|s| {
-                    if now >= next_poll {
-                        s.poll_cgroups(now)?;
-                        next_poll = now + CGROUP_POLL;
-                    }
-                    if let (true, Some(at), Some(every)) = (stats_due, next_stats, s.stats_every) {
+                    if let (Some(at), Some(every)) = (next_stats, s.stats_every) {
                         let m = s.metrics();
                         m.format(&prev_report, &mut std::io::stdout())?;
                         prev_report = m;
@@ -435,10 +443,11 @@ impl<'a> Scheduler<'a> {
                 })?;
             }
 
-            let mut wake = next_poll.min(now + Duration::from_millis(100));
-            if let Some(at) = next_stats {
-                wake = wake.min(at);
-            }
+            // Every deadline is in this list. The cgroup poll is not exact: it rides
+            // along with a timer due up to POLL_SLACK after it, so the agent wakes
+            // less often; it still bounds the sleep, so a scheduler exit is noticed
+            // within CGROUP_POLL + POLL_SLACK.
+            let mut wake = next_stats.unwrap_or(next_poll + CGROUP_POLL);
             for g in &self.groups {
                 if let Some(t) = &g.timer {
                     wake = wake.min(t.deadline());
@@ -446,6 +455,9 @@ impl<'a> Scheduler<'a> {
                 if let Some(at) = g.slack_at {
                     wake = wake.min(at);
                 }
+            }
+            if wake > next_poll + POLL_SLACK {
+                wake = next_poll;
             }
             let timeout = wake.saturating_duration_since(Instant::now());
             let slack_rx = self.slack.as_ref().map(|r| r.slots.clone()).unwrap_or_else(crossbeam::channel::never);
@@ -467,6 +479,7 @@ impl<'a> Scheduler<'a> {
                         })?;
                     }
                 }
+                recv(wakeup) -> _ => {}
                 default(timeout) => {}
             }
         }
@@ -475,7 +488,9 @@ impl<'a> Scheduler<'a> {
         uei_report!(&self.skel, uei)
     }
 
-    /// Run `f` at normal priority (the agent is SCHED_FIFO only for its timers).
+    /// Run `f` at normal priority: formatting and serving statistics is not
+    /// time-critical, so it never preempts the tasks we limit (the agent is
+    /// SCHED_FIFO for its timers and the cgroup poll).
     fn housekeeping(&mut self, f: impl FnOnce(&mut Self) -> Result<()>) -> Result<()> {
         if self.realtime {
             set_realtime(false);
@@ -585,7 +600,7 @@ fn spawn_slack_reader(map: &libbpf_rs::Map) -> Result<SlackReader> {
                 }
             };
             while !stop_thread.load(Ordering::Relaxed) {
-                let _ = ring.poll(Duration::from_millis(100));
+                let _ = ring.poll(Duration::from_secs(1));
             }
         })
         .context("starting the slack_events thread")?;
