@@ -8,6 +8,7 @@ mod phases;
 mod runner;
 mod scenarios;
 mod sched;
+mod stats;
 mod workload;
 
 use std::path::PathBuf;

@@ -38,6 +38,9 @@ pub struct Ctx<'a> {
     sched: Option<Sched>,
     /// The scheduler's log, kept after it stopped for failure reports.
     sched_log: Option<PathBuf>,
+    /// The scheduler's config (None: started without --config).
+    sched_cfg: Option<PathBuf>,
+    sched_starts: u32,
     works: Vec<Running>,
     figures: Vec<(String, String)>,
     failures: Vec<String>,
@@ -92,6 +95,9 @@ impl<'a> Ctx<'a> {
             "--cgroup".into(),
             w.cgroup.into(),
         ]);
+        if let Some(cpu) = w.pin {
+            args.extend(["--pin".into(), cpu.to_string()]);
+        }
         let label = format!("w{idx}-{label}-{}", short(w.cgroup));
         let log = PathBuf::from(format!("/tmp/{}.{label}.log", self.name));
         let out = File::create(&log).map_err(|e| format!("create {}: {e}", log.display()))?;
@@ -128,13 +134,11 @@ impl<'a> Ctx<'a> {
     }
 
     /// Output (stdout + stderr) of a workload so far, e.g. for `workload::parse_duty`.
-    #[allow(dead_code)] // for latency scenarios (burst, slack) still to come
     pub fn output(&self, idx: usize) -> String {
         std::fs::read_to_string(&self.works[idx].log).unwrap_or_default()
     }
 
-    /// The scheduler's pid while it runs (to SIGSTOP it, etc.).
-    #[allow(dead_code)] // for agent-failure scenarios still to come
+    /// The scheduler's pid while it runs (to SIGSTOP it, read its CPU time, etc.).
     pub fn sched_pid(&self) -> Option<u32> {
         self.sched.as_ref().and_then(Sched::pid)
     }
@@ -212,12 +216,32 @@ impl<'a> Ctx<'a> {
         }
     }
 
+    /// A scheduler runs (false in --cfs mode).
+    pub fn has_sched(&self) -> bool {
+        self.sched.is_some()
+    }
+
     /// Scheduler alive and enabled (always true in --cfs mode).
     pub fn healthy(&mut self) -> Result<(), String> {
         match &mut self.sched {
             Some(s) => s.healthy(),
             None => Ok(()),
         }
+    }
+
+    /// Start the scheduler with the scenario's config and `extra` arguments and wait until
+    /// it is attached. Its log is /tmp/NAME.sched.log, or NAME.sched.N.log for later starts.
+    pub fn start_sched(&mut self, extra: &[&str]) -> Result<(), String> {
+        let log = match self.sched_starts {
+            0 => PathBuf::from(format!("/tmp/{}.sched.log", self.name)),
+            n => PathBuf::from(format!("/tmp/{}.sched.{n}.log", self.name)),
+        };
+        self.sched_starts += 1;
+        self.sched_log = Some(log.clone());
+        let mut s = Sched::start(Path::new(&self.opts.sched), self.sched_cfg.as_deref(), extra, &log)?;
+        let attached = s.wait_attached();
+        self.sched = Some(s);
+        attached
     }
 
     /// SIGINT the scheduler and require a clean detach; records `detach_ms`. A no-op in
@@ -278,6 +302,8 @@ impl<'a> Ctx<'a> {
             opts,
             sched: None,
             sched_log: None,
+            sched_cfg: None,
+            sched_starts: 0,
             works: vec![],
             figures: vec![],
             failures: vec![],
@@ -441,14 +467,9 @@ fn execute(ctx: &mut Ctx, sc: &Scenario) -> Result<(), String> {
         let cfg = PathBuf::from(format!("/tmp/{}.toml", sc.name));
         std::fs::write(&cfg, render_config(sc.name, &sc.limits))
             .map_err(|e| format!("write {}: {e}", cfg.display()))?;
-        let log = PathBuf::from(format!("/tmp/{}.sched.log", sc.name));
-        ctx.sched_log = Some(log.clone());
         let t = Instant::now();
-        let cfg = (!sc.limits.is_empty()).then_some(cfg.as_path());
-        let mut s = Sched::start(Path::new(&ctx.opts.sched), cfg, &log)?;
-        let attached = s.wait_attached();
-        ctx.sched = Some(s);
-        attached?;
+        ctx.sched_cfg = (!sc.limits.is_empty()).then_some(cfg);
+        ctx.start_sched(&[])?;
         ctx.figure("attach_ms", t.elapsed().as_millis());
     }
     // After attaching, as in production: the scheduler must pick up cgroups (and their

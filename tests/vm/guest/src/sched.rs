@@ -51,6 +51,21 @@ fn parse_ext_enabled(sched: &str) -> Option<bool> {
     })
 }
 
+/// utime + stime of process `pid` (all its threads), in clock ticks.
+pub fn cpu_ticks(pid: u32) -> Option<u64> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which may contain spaces) start at state (field 3).
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+}
+
+/// Clock ticks per second (for [`cpu_ticks`]).
+pub fn clock_ticks() -> u64 {
+    // SAFETY: sysconf has no memory effects.
+    (unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).max(1) as u64
+}
+
 /// Polls `cond` every 20 ms until it holds or `timeout` passes.
 pub fn wait_for(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + timeout;
@@ -79,7 +94,7 @@ pub fn signal(pid: u32, sig: libc::c_int) {
     unsafe { libc::kill(pid as libc::pid_t, sig) };
 }
 
-/// The scheduler binary, started as `PATH [--config FILE] --stats 1` with both output
+/// The scheduler binary, started as `PATH [--config FILE] --stats 1 [EXTRA..]` with both output
 /// streams in `log`. Dropping a still-running Sched kills it (SIGKILL), which detaches the
 /// BPF scheduler, so a failed or panicking scenario cannot leave it attached.
 pub struct Sched {
@@ -88,7 +103,7 @@ pub struct Sched {
 
 impl Sched {
     /// `config` None runs it with no configured limits (it refuses an empty file).
-    pub fn start(bin: &Path, config: Option<&Path>, log: &Path) -> Result<Sched, String> {
+    pub fn start(bin: &Path, config: Option<&Path>, extra: &[&str], log: &Path) -> Result<Sched, String> {
         let out = File::create(log).map_err(|e| format!("create {}: {e}", log.display()))?;
         let err = out.try_clone().map_err(|e| e.to_string())?;
         let mut cmd = Command::new(bin);
@@ -97,6 +112,7 @@ impl Sched {
         }
         let child = cmd
             .args(["--stats", "1"])
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err)

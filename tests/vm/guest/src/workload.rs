@@ -124,6 +124,14 @@ fn burn(burn_ns: u64) -> u64 {
     mono_ns() - wall0
 }
 
+/// This thread's (run queue wait ns, times scheduled in) from /proc/thread-self/schedstat,
+/// (0, 0) where the kernel has no schedstat.
+fn sched_info() -> (u64, u64) {
+    let s = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap_or_default();
+    let f: Vec<u64> = s.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+    (f.get(1).copied().unwrap_or(0), f.get(2).copied().unwrap_or(0))
+}
+
 pub struct DutyArgs {
     common: Common,
     burn_ns: u64,
@@ -159,9 +167,18 @@ pub fn duty(d: DutyArgs) -> Result<(), String> {
     let workers: Vec<_> = (0..c.threads)
         .map(|_| {
             thread::spawn(move || {
+                // The first burn runs while the process is still starting (threads
+                // being created contend for its memory map): a warm-up, not recorded.
+                burn(burn_ns);
+                if !sleep.is_zero() {
+                    thread::sleep(sleep);
+                }
                 let mut walls = Vec::new();
                 while Instant::now() < deadline {
-                    walls.push(burn(burn_ns));
+                    let (delay0, runs0) = sched_info();
+                    let wall = burn(burn_ns);
+                    let (delay1, runs1) = sched_info();
+                    walls.push((wall, delay1.saturating_sub(delay0), runs1.saturating_sub(runs0)));
                     if !sleep.is_zero() {
                         thread::sleep(sleep);
                     }
@@ -170,35 +187,46 @@ pub fn duty(d: DutyArgs) -> Result<(), String> {
             })
         })
         .collect();
-    let mut walls_ms: Vec<f64> = Vec::new();
-    for w in workers {
+    // The slowest burns are named (thread, index) with the time they waited on a run
+    // queue and how often they were scheduled in, to tell a start-up effect (index 0)
+    // or queueing from anything else.
+    let mut burns: Vec<(f64, usize, usize, u64, u64)> = Vec::new();
+    for (t, w) in workers.into_iter().enumerate() {
         let v = w.join().map_err(|_| "duty thread panicked".to_string())?;
-        walls_ms.extend(v.into_iter().map(|ns| ns as f64 / 1e6));
+        burns.extend(v.into_iter().enumerate().map(|(i, (ns, delay, runs))| (ns as f64 / 1e6, t, i, delay, runs)));
     }
-    walls_ms.sort_by(f64::total_cmp);
+    burns.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let walls_ms: Vec<f64> = burns.iter().map(|b| b.0).collect();
     let pct = |q| percentile(&walls_ms, q).unwrap_or(f64::NAN);
+    let slowest: Vec<String> = burns
+        .iter()
+        .rev()
+        .take(3)
+        .map(|(ms, t, i, delay, runs)| format!("{ms:.1}@t{t}#{i}/wait{:.1}/runs{runs}", *delay as f64 / 1e6))
+        .collect();
     println!(
-        "DUTY burns={} p50_ms={:.3} p99_ms={:.3} max_ms={:.3}",
+        "DUTY burns={} p50_ms={:.3} p99_ms={:.3} max_ms={:.3} slowest={}",
         walls_ms.len(),
         pct(50.0),
         pct(99.0),
-        pct(100.0)
+        pct(100.0),
+        slowest.join(",")
     );
     Ok(())
 }
 
 /// The figures of a `DUTY burns=.. p50_ms=.. p99_ms=.. max_ms=..` line.
-#[allow(dead_code)] // for latency scenarios (burst, slack) still to come
 #[derive(Debug, PartialEq)]
 pub struct DutyStats {
     pub burns: u64,
     pub p50_ms: f64,
     pub p99_ms: f64,
     pub max_ms: f64,
+    /// The three slowest burns as `ms@tTHREAD#INDEX`.
+    pub slowest: String,
 }
 
 /// Finds and parses the DUTY line in a workload's output.
-#[allow(dead_code)] // for latency scenarios (burst, slack) still to come
 pub fn parse_duty(output: &str) -> Option<DutyStats> {
     let line = output.lines().find(|l| l.starts_with("DUTY "))?;
     let field = |k: &str| {
@@ -211,6 +239,11 @@ pub fn parse_duty(output: &str) -> Option<DutyStats> {
         p50_ms: field("p50_ms")?,
         p99_ms: field("p99_ms")?,
         max_ms: field("max_ms")?,
+        slowest: line
+            .split_whitespace()
+            .find_map(|kv| kv.strip_prefix("slowest="))
+            .unwrap_or("")
+            .to_string(),
     })
 }
 
@@ -245,14 +278,15 @@ mod tests {
 
     #[test]
     fn duty_line() {
-        let out = "noise\nDUTY burns=134 p50_ms=10.003 p99_ms=10.093 max_ms=12.5\n";
+        let out = "noise\nDUTY burns=134 p50_ms=10.003 p99_ms=10.093 max_ms=12.5 slowest=12.5@t1#0,10.1@t0#7\n";
         assert_eq!(
             parse_duty(out),
             Some(DutyStats {
                 burns: 134,
                 p50_ms: 10.003,
                 p99_ms: 10.093,
-                max_ms: 12.5
+                max_ms: 12.5,
+                slowest: "12.5@t1#0,10.1@t0#7".into(),
             })
         );
         assert_eq!(parse_duty("DUTY burns=1 p50_ms=x p99_ms=1 max_ms=1"), None);

@@ -1,0 +1,63 @@
+//! Client of the scheduler's scx_stats socket: what a monitoring tool would read. The
+//! protocol is one JSON request per line, `{"req":"stats","args":{}}`, answered by one
+//! line `{"errno":0,"args":{"resp":METRICS}}`.
+
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::time::Duration;
+
+pub const SOCKET: &str = "/var/run/scx/root/stats";
+
+/// Sends one request and returns the `resp` value.
+pub fn request(req: &str) -> Result<Value, String> {
+    let mut s = UnixStream::connect(SOCKET).map_err(|e| format!("connect {SOCKET}: {e}"))?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).map_err(|e| e.to_string())?;
+    writeln!(s, "{{\"req\":\"{req}\",\"args\":{{}}}}").map_err(|e| format!("write {SOCKET}: {e}"))?;
+    let mut line = String::new();
+    BufReader::new(&s)
+        .read_line(&mut line)
+        .map_err(|e| format!("read {SOCKET}: {e}"))?;
+    let mut v: Value = serde_json::from_str(&line).map_err(|e| format!("stats reply is not JSON ({e}): {line}"))?;
+    if v["errno"].as_i64() != Some(0) {
+        return Err(format!("stats request '{req}' failed: {line}"));
+    }
+    Ok(v["args"]["resp"].take())
+}
+
+/// The scheduler's current statistics (the `Metrics` JSON).
+pub fn fetch() -> Result<Value, String> {
+    request("stats")
+}
+
+/// The entry of `cgroup` in a `Metrics` value.
+pub fn group<'v>(m: &'v Value, cgroup: &str) -> Result<&'v Value, String> {
+    m["groups"]
+        .as_array()
+        .and_then(|gs| gs.iter().find(|g| g["cgroup"] == cgroup))
+        .ok_or_else(|| format!("no group {cgroup} in the stats"))
+}
+
+/// A numeric field of a group or of the metrics.
+pub fn num(v: &Value, field: &str) -> Result<f64, String> {
+    v[field].as_f64().ok_or_else(|| format!("stats field {field} missing or not a number"))
+}
+
+/// `field` of `cgroup` in `after` minus the same in `before`.
+pub fn group_delta(before: &Value, after: &Value, cgroup: &str, field: &str) -> Result<f64, String> {
+    Ok(num(group(after, cgroup)?, field)? - num(group(before, cgroup)?, field)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_groups_and_fields() {
+        let a: Value = serde_json::from_str(r#"{"groups":[{"cgroup":"t/a","nr_throttled":3}]}"#).unwrap();
+        let b: Value = serde_json::from_str(r#"{"groups":[{"cgroup":"t/a","nr_throttled":5}]}"#).unwrap();
+        assert_eq!(group_delta(&a, &b, "t/a", "nr_throttled"), Ok(2.0));
+        assert!(group(&a, "t/b").is_err());
+        assert!(num(group(&a, "t/a").unwrap(), "nope").is_err());
+    }
+}
