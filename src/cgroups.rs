@@ -57,6 +57,28 @@ pub fn cgroup_id(root: &Path, rel: &str) -> Result<Option<u64>> {
     Ok(Some(meta.ino()))
 }
 
+/// The path (relative to `root`) of the cgroup whose id is `cgid`, by walking the
+/// hierarchy; None if it is not there (any more).
+pub fn path_of_id(root: &Path, cgid: u64) -> Option<String> {
+    let mut stack = vec![(root.to_path_buf(), 0usize)];
+    while let Some((dir, depth)) = stack.pop() {
+        for e in fs::read_dir(&dir).ok()?.flatten() {
+            let Ok(ft) = e.file_type() else { continue };
+            if !ft.is_dir() {
+                continue;
+            }
+            let p = e.path();
+            if e.metadata().map(|m| m.ino()).ok() == Some(cgid) {
+                return p.strip_prefix(root).ok().map(|r| r.to_string_lossy().into_owned());
+            }
+            if depth < 64 {
+                stack.push((p, depth + 1));
+            }
+        }
+    }
+    None
+}
+
 /// Tracks one configured path's id across polls.
 #[derive(Clone, Debug, Default)]
 pub struct CgroupWatch {
@@ -88,6 +110,16 @@ impl CgroupWatch {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn path_of_id_walks_the_tree() {
+        let root = std::env::temp_dir().join(format!("scxbw-walk-{}", std::process::id()));
+        fs::create_dir_all(root.join("a/b/c")).unwrap();
+        let ino = fs::metadata(root.join("a/b/c")).unwrap().ino();
+        assert_eq!(path_of_id(&root, ino).as_deref(), Some("a/b/c"));
+        assert_eq!(path_of_id(&root, u64::MAX), None);
+        fs::remove_dir_all(&root).unwrap();
+    }
 
     #[test]
     fn finds_cgroup2_mount() {

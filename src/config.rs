@@ -47,6 +47,26 @@ pub struct GroupConfig {
     pub burst_us: u64,
 }
 
+impl GroupConfig {
+    /// A limit read from cgroupfs (cpu.max, cpu.max.burst) of the cgroup at `path`.
+    /// The kernel validated it already; this refuses anything we could not enforce.
+    pub fn from_cgroupfs(path: &str, quota_us: u64, period_us: u64, burst_us: u64) -> Result<Self, String> {
+        let bad = |field: &str, v: u64, min: u64, max: u64| {
+            format!("cgroup {path}: {field} = {v} out of range ({min}..={max})")
+        };
+        if !(MIN_PERIOD_US..=MAX_PERIOD_US).contains(&period_us) {
+            return Err(bad("cpu.max period", period_us, MIN_PERIOD_US, MAX_PERIOD_US));
+        }
+        if !(MIN_QUOTA_US..=MAX_QUOTA_US).contains(&quota_us) {
+            return Err(bad("cpu.max quota", quota_us, MIN_QUOTA_US, MAX_QUOTA_US));
+        }
+        if burst_us > quota_us || quota_us + burst_us > MAX_QUOTA_US {
+            return Err(bad("cpu.max.burst", burst_us, 0, quota_us.min(MAX_QUOTA_US - quota_us)));
+        }
+        Ok(Self { cgroup: path.to_string(), quota_us, period_us, burst_us })
+    }
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Config {
     pub groups: Vec<GroupConfig>,
@@ -219,6 +239,16 @@ impl GroupConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cgroupfs_limits_are_checked_like_the_kernel() {
+        let g = GroupConfig::from_cgroupfs("k/a", 35_000, 100_000, 10_000).unwrap();
+        assert_eq!((g.cgroup.as_str(), g.quota_us, g.period_us, g.burst_us), ("k/a", 35_000, 100_000, 10_000));
+        assert!(GroupConfig::from_cgroupfs("k/a", 999, 100_000, 0).unwrap_err().contains("cpu.max quota = 999"));
+        assert!(GroupConfig::from_cgroupfs("k/a", 5_000, 2_000_000, 0).unwrap_err().contains("period"));
+        assert!(GroupConfig::from_cgroupfs("k/a", 5_000, 100_000, 6_000).unwrap_err().contains("cpu.max.burst = 6000"));
+        assert!(GroupConfig::from_cgroupfs("k/a", u64::MAX, 100_000, 0).is_err());
+    }
 
     fn err(text: &str) -> String {
         parse(text, "t.toml").unwrap_err().0

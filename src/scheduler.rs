@@ -4,10 +4,11 @@
 //! deadline among the groups' period timers, the slack timers, the cgroup poll
 //! and the stats report, then refills every group whose period ended
 //! (pools.rs) and asks BPF to unthrottle it (bw_unthrottle). It also wakes for
-//! two kinds of messages: slack that CPUs returned into a throttled pool (from
-//! the slack_events ring, read by a helper thread), which it distributes after
-//! the slack delay, and requests from the scx_stats server (`--monitor`, any
-//! client of the stats socket). The agent thread runs SCHED_FIFO, a class
+//! messages: events from BPF (the events ring, read by a helper thread) —
+//! slack that CPUs returned into a throttled pool, distributed after the slack
+//! delay, and cgroups' cpu.max / cpu.max.burst values, which it enforces like
+//! configured limits (the configuration takes precedence) — and requests from
+//! the scx_stats server (`--monitor`, any client of the stats socket). The agent thread runs SCHED_FIFO, a class
 //! above sched_ext, so it is never queued behind the tasks it limits; BPF also
 //! exempts the agent's thread group from charging and parking.
 
@@ -29,7 +30,7 @@ use scx_utils::{scx_ops_attach, scx_ops_load, scx_ops_open, uei_exited, uei_repo
 use crate::bpf_intf;
 use crate::bpf_skel::*;
 use crate::cgroups::{self, CgroupChange, CgroupWatch};
-use crate::config::{Config, GroupConfig};
+use crate::config::{self, Config, GroupConfig};
 use crate::opts::Opts;
 use crate::pools::{self, PeriodTimer};
 use crate::stats::{self, GroupMetrics, Metrics};
@@ -44,9 +45,22 @@ const NSEC_PER_USEC: u64 = 1_000;
 /// Refills whose timer lateness is kept for the p99 statistic.
 const LATENESS_SAMPLES: usize = 1024;
 
-/// Agent-side state of one slot (index in bw_groups == index in the config).
+/// Where a group's limit comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// A `[[group]]` of the configuration file (found by path; takes precedence).
+    Config,
+    /// cpu.max / cpu.max.burst of the cgroup with this id (cgroup ops).
+    Cgroupfs { cgid: u64 },
+}
+
+/// Agent-side state of one slot (index in bw_groups). Configured groups take
+/// the first slots, in config order; cgroupfs-limited ones the rest.
 pub struct Group {
     pub cfg: GroupConfig,
+    pub origin: Origin,
+    /// A cgroupfs slot given back (its cgroup left or became unlimited), reusable.
+    free: bool,
     watch: CgroupWatch,
     /// Running while the cgroup exists.
     timer: Option<PeriodTimer>,
@@ -76,9 +90,11 @@ pub struct Group {
 pub const HISTORY: usize = 32;
 
 impl Group {
-    fn new(cfg: GroupConfig) -> Self {
+    fn new(cfg: GroupConfig, origin: Origin) -> Self {
         Self {
             cfg,
+            origin,
+            free: false,
             watch: CgroupWatch::default(),
             timer: None,
             slack_at: None,
@@ -134,14 +150,14 @@ struct StatsLink {
     req: Receiver<()>,
 }
 
-/// Reader of the slack_events ring, on its own thread: sends slots to the loop.
-struct SlackReader {
-    slots: Receiver<u32>,
+/// Reader of the events ring, on its own thread: forwards events to the loop.
+struct EventReader {
+    events: Receiver<bpf_intf::bw_event>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
 
-impl Drop for SlackReader {
+impl Drop for EventReader {
     /// The thread notices within one poll timeout (it holds its own map handle, so it
     /// may outlive the skeleton); not joined, so a shutdown does not wait for it.
     fn drop(&mut self) {
@@ -165,7 +181,7 @@ pub struct Scheduler<'a> {
     /// Lateness (µs) of the last refills, for timer_late_p99_us.
     lateness: VecDeque<u64>,
     stats: Option<StatsLink>,
-    slack: Option<SlackReader>,
+    events: Option<EventReader>,
 }
 
 impl<'a> Scheduler<'a> {
@@ -188,9 +204,14 @@ impl<'a> Scheduler<'a> {
         rodata.agent_tgid = std::process::id() as i32;
         rodata.bw_slack_return = !opts.no_slack_return;
 
+        // scx_ops_open! cleared the op if the kernel lacks it (and warned).
+        let cgroupfs_limits = !skel.struct_ops.bandwidth_ops().cgroup_set_bandwidth.is_null();
+        if !cgroupfs_limits {
+            warn!("this kernel has no ops.cgroup_set_bandwidth: cpu.max and cpu.max.burst are not honoured, only the configuration's limits");
+        }
         let skel = scx_ops_load!(skel, bandwidth_ops, uei)?;
 
-        let groups = config.groups.iter().map(|cfg| Group::new(cfg.clone())).collect();
+        let groups = config.groups.iter().map(|cfg| Group::new(cfg.clone(), Origin::Config)).collect();
         let mut sched = Self {
             skel,
             struct_ops: None,
@@ -204,11 +225,11 @@ impl<'a> Scheduler<'a> {
             slack_distributions: 0,
             lateness: VecDeque::with_capacity(LATENESS_SAMPLES),
             stats: None,
-            slack: None,
+            events: None,
         };
         // Helper threads start before the agent turns SCHED_FIFO: they inherit
         // the policy, and neither is time-critical.
-        sched.slack = Some(spawn_slack_reader(&sched.skel.maps.slack_events)?);
+        sched.events = Some(spawn_event_reader(&sched.skel.maps.events)?);
         sched.stats = launch_stats_server();
         for slot in 0..sched.groups.len() {
             sched.write_limits(slot);
@@ -219,9 +240,10 @@ impl<'a> Scheduler<'a> {
         sched.realtime = !opts.no_realtime && set_realtime(true);
         sched.struct_ops = Some(scx_ops_attach!(sched.skel, bandwidth_ops)?);
         info!(
-            "scx_bandwidth attached: {} configured group(s), slice {} us",
+            "scx_bandwidth attached: {} configured group(s), slice {} us, cgroups' cpu.max {}",
             sched.groups.len(),
-            opts.slice_us
+            opts.slice_us,
+            if cgroupfs_limits { "honoured" } else { "not available" }
         );
         Ok(sched)
     }
@@ -264,6 +286,9 @@ impl<'a> Scheduler<'a> {
     fn poll_cgroups(&mut self, now: Instant) -> Result<()> {
         let mut changed = false;
         for slot in 0..self.groups.len() {
+            if self.groups[slot].origin != Origin::Config {
+                continue;
+            }
             let rel = self.groups[slot].cfg.cgroup.clone();
             let id = match cgroups::cgroup_id(&self.root, &rel) {
                 Ok(id) => id,
@@ -278,23 +303,14 @@ impl<'a> Scheduler<'a> {
                     if let Some(old) = old {
                         self.unmap(old);
                     }
-                    self.reset_slot(slot)?;
-                    let (q, b) = self.groups[slot].limits_ns(self.no_burst);
-                    let full = pools::refill(0, q, b);
-                    self.pool(slot).store(full, Ordering::Release);
-                    let usage = self.bss().bw_groups[slot].usage;
-                    self.bss().bw_groups[slot].cgid = cgid;
-                    self.groups[slot].snap = full;
-                    self.groups[slot].usage_at_refill = usage;
-                    self.groups[slot].refilled_at = Some(now);
-                    self.skel
-                        .maps
-                        .cgid_slot
-                        .update(&cgid.to_ne_bytes(), &(slot as u32).to_ne_bytes(), MapFlags::ANY)
-                        .with_context(|| format!("mapping cgroup {rel}"))?;
-                    let g = &mut self.groups[slot];
-                    g.timer = Some(PeriodTimer::new(Duration::from_micros(g.cfg.period_us), now));
-                    g.slack_at = None;
+                    // The configuration takes precedence over the cgroup's cpu.max.
+                    if let Some(dyn_slot) = self.slot_of(cgid) {
+                        info!("cgroup {rel}: the configured limit replaces its cpu.max");
+                        self.deactivate(dyn_slot)?;
+                        self.groups[dyn_slot].free = true;
+                    }
+                    self.activate(slot, cgid, now)?;
+                    let g = &self.groups[slot];
                     info!(
                         "cgroup {rel} (id {cgid}) {}: limit {} us per {} us, burst {} us",
                         if old.is_some() { "re-created" } else { "found" },
@@ -305,10 +321,7 @@ impl<'a> Scheduler<'a> {
                 }
                 CgroupChange::Removed { old } => {
                     self.unmap(old);
-                    self.bss().bw_groups[slot].cgid = 0;
-                    self.groups[slot].timer = None;
-                    self.groups[slot].slack_at = None;
-                    self.reset_slot(slot)?;
+                    self.deactivate(slot)?;
                     info!("cgroup {rel} removed; its limit applies again when it reappears");
                 }
             }
@@ -316,6 +329,149 @@ impl<'a> Scheduler<'a> {
         }
         if changed {
             self.bump_cfg_gen();
+        }
+        Ok(())
+    }
+
+    /// The slot enforcing cgroup `cgid`, if any.
+    fn slot_of(&self, cgid: u64) -> Option<usize> {
+        self.groups.iter().position(|g| !g.free && g.timer.is_some() && self.cgid_of(g) == Some(cgid))
+    }
+
+    fn cgid_of(&self, g: &Group) -> Option<u64> {
+        match g.origin {
+            Origin::Config => g.watch.cgid,
+            Origin::Cgroupfs { cgid } => Some(cgid),
+        }
+    }
+
+    /// Start enforcing `slot` on cgroup `cgid`: forget per-CPU state and release
+    /// anything parked (bw_reset_slot), fill the pool, map the cgroup, start the
+    /// period timer. Used for a new cgroup and for a changed limit alike (as the
+    /// kernel does on a cpu.max write). The caller bumps the config generation.
+    fn activate(&mut self, slot: usize, cgid: u64, now: Instant) -> Result<()> {
+        self.write_limits(slot);
+        self.reset_slot(slot)?;
+        let (q, b) = self.groups[slot].limits_ns(self.no_burst);
+        let full = pools::refill(0, q, b);
+        self.pool(slot).store(full, Ordering::Release);
+        let usage = self.bss().bw_groups[slot].usage;
+        self.bss().bw_groups[slot].cgid = cgid;
+        self.skel
+            .maps
+            .cgid_slot
+            .update(&cgid.to_ne_bytes(), &(slot as u32).to_ne_bytes(), MapFlags::ANY)
+            .with_context(|| format!("mapping cgroup {}", self.groups[slot].cfg.cgroup))?;
+        let g = &mut self.groups[slot];
+        g.snap = full;
+        g.usage_at_refill = usage;
+        g.refilled_at = Some(now);
+        g.timer = Some(PeriodTimer::new(Duration::from_micros(g.cfg.period_us), now));
+        g.slack_at = None;
+        Ok(())
+    }
+
+    /// Stop enforcing `slot` (its cgroup is gone or no longer limited). Tasks'
+    /// chains are invalidated before the parked ones are released, so none of
+    /// them parks on the slot again.
+    fn deactivate(&mut self, slot: usize) -> Result<()> {
+        if let Some(cgid) = self.cgid_of(&self.groups[slot]) {
+            self.unmap(cgid);
+        }
+        self.bss().bw_groups[slot].cgid = 0;
+        self.groups[slot].timer = None;
+        self.groups[slot].slack_at = None;
+        self.bump_cfg_gen();
+        self.reset_slot(slot)
+    }
+
+    /// cpu.max / cpu.max.burst of cgroup `cgid` as the kernel passed them (at
+    /// attach, on creation, on each write). Unlimited ("max") gives the slot back.
+    fn on_cgroupfs_limit(&mut self, ev: &bpf_intf::bw_event, now: Instant) -> Result<()> {
+        let cgid = ev.cgid;
+        let slot = self.slot_of(cgid);
+        if let Some(s) = slot {
+            if self.groups[s].origin == Origin::Config {
+                if ev.quota_us != u64::MAX {
+                    info!(
+                        "cgroup {}: cpu.max {} {} (burst {}) ignored, the configuration's limit applies",
+                        self.groups[s].cfg.cgroup, ev.quota_us, ev.period_us, ev.burst_us
+                    );
+                }
+                return Ok(());
+            }
+        }
+        if ev.quota_us == u64::MAX {
+            if let Some(s) = slot {
+                info!("cgroup {}: cpu.max is \"max\" now, no longer limited", self.groups[s].cfg.cgroup);
+                self.deactivate(s)?;
+                self.groups[s].free = true;
+                self.bump_cfg_gen();
+            }
+            return Ok(());
+        }
+        let path = cgroups::path_of_id(&self.root, cgid).unwrap_or_else(|| format!("(cgroup id {cgid})"));
+        let cfg = match GroupConfig::from_cgroupfs(&path, ev.quota_us, ev.period_us, ev.burst_us) {
+            Ok(c) => c,
+            Err(e) => {
+                warn!("{e}; not enforcing it");
+                return Ok(());
+            }
+        };
+        let s = match slot.or_else(|| self.free_slot()) {
+            Some(s) => s,
+            None => {
+                warn!("cgroup {path}: cpu.max {} {} not enforced: all {} group slots are in use", ev.quota_us, ev.period_us, config::MAX_GROUPS);
+                return Ok(());
+            }
+        };
+        info!(
+            "cgroup {path} (id {cgid}): cpu.max {} {}, burst {} us{}",
+            cfg.quota_us,
+            cfg.period_us,
+            cfg.burst_us,
+            if slot.is_some() { " (changed)" } else { "" }
+        );
+        if s == self.groups.len() {
+            self.groups.push(Group::new(cfg, Origin::Cgroupfs { cgid }));
+        } else if slot.is_none() {
+            self.groups[s] = Group::new(cfg, Origin::Cgroupfs { cgid });
+        } else {
+            self.groups[s].cfg = cfg;
+        }
+        self.activate(s, cgid, now)?;
+        self.bump_cfg_gen();
+        Ok(())
+    }
+
+    /// A slot for a new cgroupfs-limited group: a freed one, or the next one.
+    fn free_slot(&self) -> Option<usize> {
+        self.groups
+            .iter()
+            .position(|g| g.free)
+            .or_else(|| (self.groups.len() < config::MAX_GROUPS).then_some(self.groups.len()))
+    }
+
+    /// A cgroup that has a slot is being destroyed.
+    fn on_cgroup_exit(&mut self, cgid: u64) -> Result<()> {
+        if let Some(s) = self.slot_of(cgid) {
+            if let Origin::Cgroupfs { .. } = self.groups[s].origin {
+                info!("cgroup {} removed", self.groups[s].cfg.cgroup);
+                self.deactivate(s)?;
+                self.groups[s].free = true;
+                self.bump_cfg_gen();
+            }
+        }
+        Ok(())
+    }
+
+    fn on_event(&mut self, ev: bpf_intf::bw_event) -> Result<()> {
+        let now = Instant::now();
+        match ev.kind {
+            bpf_intf::bw_event_kind_BW_EV_SLACK => self.on_slack(ev.slot as usize, now),
+            bpf_intf::bw_event_kind_BW_EV_LIMIT => self.on_cgroupfs_limit(&ev, now)?,
+            bpf_intf::bw_event_kind_BW_EV_EXIT => self.on_cgroup_exit(ev.cgid)?,
+            k => warn!("unknown event kind {k} from BPF"),
         }
         Ok(())
     }
@@ -460,12 +616,12 @@ impl<'a> Scheduler<'a> {
                 wake = next_poll;
             }
             let timeout = wake.saturating_duration_since(Instant::now());
-            let slack_rx = self.slack.as_ref().map(|r| r.slots.clone()).unwrap_or_else(crossbeam::channel::never);
+            let events_rx = self.events.as_ref().map(|r| r.events.clone()).unwrap_or_else(crossbeam::channel::never);
             let req_rx = self.stats.as_ref().map(|l| l.req.clone()).unwrap_or_else(crossbeam::channel::never);
             crossbeam::select! {
-                recv(slack_rx) -> slot => {
-                    if let Ok(slot) = slot {
-                        self.on_slack(slot as usize, Instant::now());
+                recv(events_rx) -> ev => {
+                    if let Ok(ev) = ev {
+                        self.on_event(ev)?;
                     }
                 }
                 recv(req_rx) -> req => {
@@ -514,12 +670,20 @@ impl<'a> Scheduler<'a> {
 
         let bss = self.skel.maps.bss_data.as_ref().unwrap();
         for (slot, g) in self.groups.iter().enumerate() {
+            if g.free {
+                continue;
+            }
             // SAFETY: a volatile copy of a plain-old-data struct BPF updates.
             let b = unsafe { std::ptr::read_volatile(&bss.bw_groups[slot]) };
             let us = |ns: u64| ns / NSEC_PER_USEC;
             m.groups.push(GroupMetrics {
                 cgroup: g.cfg.cgroup.clone(),
                 state: if g.timer.is_some() { "enforced" } else { "absent" }.into(),
+                source: match g.origin {
+                    Origin::Config => "config",
+                    Origin::Cgroupfs { .. } => "cpu.max",
+                }
+                .into(),
                 quota_us: g.cfg.quota_us,
                 period_us: g.cfg.period_us,
                 burst_us: if self.no_burst { 0 } else { g.cfg.burst_us },
@@ -574,20 +738,23 @@ fn launch_stats_server() -> Option<StatsLink> {
     }
 }
 
-/// Start the thread that reads the slack_events ring and forwards slots.
-fn spawn_slack_reader(map: &libbpf_rs::Map) -> Result<SlackReader> {
-    let handle = libbpf_rs::MapHandle::try_from(map).context("slack_events map")?;
-    let (tx, slots) = crossbeam::channel::unbounded();
+/// Start the thread that reads the events ring and forwards each event.
+fn spawn_event_reader(map: &libbpf_rs::Map) -> Result<EventReader> {
+    let handle = libbpf_rs::MapHandle::try_from(map).context("events map")?;
+    let (tx, events) = crossbeam::channel::unbounded();
     let stop = Arc::new(AtomicBool::new(false));
     let stop_thread = stop.clone();
     let thread = std::thread::Builder::new()
-        .name("slack_events".into())
+        .name("bpf_events".into())
         .spawn(move || {
             let mut builder = RingBufferBuilder::new();
             let added = builder
                 .add(&handle, move |data: &[u8]| {
-                    if let Some(b) = data.get(..4) {
-                        let _ = tx.send(u32::from_ne_bytes(b.try_into().unwrap()));
+                    if data.len() >= std::mem::size_of::<bpf_intf::bw_event>() {
+                        // SAFETY: the record is a struct bw_event written by BPF; read
+                        // unaligned, it is plain old data.
+                        let ev = unsafe { std::ptr::read_unaligned(data.as_ptr() as *const bpf_intf::bw_event) };
+                        let _ = tx.send(ev);
                     }
                     0
                 })
@@ -595,7 +762,7 @@ fn spawn_slack_reader(map: &libbpf_rs::Map) -> Result<SlackReader> {
             let ring = match added.and_then(|()| builder.build()) {
                 Ok(r) => r,
                 Err(e) => {
-                    error!("slack_events ring: {e}; slack is distributed at refills only");
+                    error!("events ring: {e}; slack is distributed at refills only, cpu.max is not followed");
                     return;
                 }
             };
@@ -603,8 +770,8 @@ fn spawn_slack_reader(map: &libbpf_rs::Map) -> Result<SlackReader> {
                 let _ = ring.poll(Duration::from_secs(1));
             }
         })
-        .context("starting the slack_events thread")?;
-    Ok(SlackReader { slots, stop, thread: Some(thread) })
+        .context("starting the events thread")?;
+    Ok(EventReader { events, stop, thread: Some(thread) })
 }
 
 /// Run one of the BPF `SEC("syscall")` programs with `args` as its context

@@ -31,6 +31,8 @@ pub struct GroupMetrics {
     pub cgroup: String,
     #[stat(desc = "\"enforced\" while the cgroup exists, else \"absent\"")]
     pub state: String,
+    #[stat(desc = "Where the limit comes from: \"config\" (the configuration file) or \"cpu.max\" (cgroupfs)")]
+    pub source: String,
     #[stat(desc = "Quota per period (µs)")]
     pub quota_us: u64,
     #[stat(desc = "Period (µs)")]

@@ -16,7 +16,7 @@
  *   slack       when a task of the group goes to sleep, its CPU gives the
  *               local runtime above BW_MIN_LOCAL_NS back to the pool; if
  *               the group is throttled and the pool now holds more than a
- *               slice, the agent is told (slack_events) and distributes it.
+ *               slice, the agent is told (events ring) and distributes it.
  *
  * A task's "chain" is the list of limited groups it belongs to: its own cgroup
  * and every ancestor that has a slot. It is resolved from the cgroup hierarchy
@@ -66,12 +66,6 @@ struct {
 	__type(value, u64);
 } bw_stats SEC(".maps");
 
-/* Slots whose pool got slack while throttled, for the agent (bw_slack_event). */
-struct {
-	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 64 * 1024);
-} slack_events SEC(".maps");
-
 struct task_ctx {
 	/* The chain below is valid while gen == bw_cfg_gen. */
 	u64 gen;
@@ -105,6 +99,31 @@ static __always_inline void stat_add(u32 idx, u64 n)
 
 	if (cnt)
 		*cnt += n;
+}
+
+/* Events for the agent (struct bw_event): slack, cgroupfs limits, exits. */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 256 * 1024);
+} events SEC(".maps");
+
+/* Queue an event for the agent; false (and counted) when the ring is full. */
+static bool bw_emit(u32 kind, u32 slot, u64 cgid, u64 period_us, u64 quota_us, u64 burst_us)
+{
+	struct bw_event *ev = bpf_ringbuf_reserve(&events, sizeof(*ev), 0);
+
+	if (!ev) {
+		stat_inc(BW_STAT_EVENT_LOST);
+		return false;
+	}
+	ev->kind = kind;
+	ev->slot = slot;
+	ev->cgid = cgid;
+	ev->period_us = period_us;
+	ev->quota_us = quota_us;
+	ev->burst_us = burst_us;
+	bpf_ringbuf_submit(ev, 0);
+	return true;
 }
 
 static __always_inline struct task_ctx *task_ctx(const struct task_struct *p)
@@ -415,7 +434,6 @@ static void bw_return_slack(struct task_ctx *tctx)
 {
 	s32 i;
 	bpf_for(i, 0, BW_MAX_CHAIN) {
-		struct bw_slack_event *ev;
 		struct bw_group *g;
 		struct bw_cpu *c;
 		s64 slack, pool;
@@ -441,15 +459,9 @@ static void bw_return_slack(struct task_ctx *tctx)
 			continue;
 		if (__sync_val_compare_and_swap(&g->slack_pending, 0, 1) != 0)
 			continue;
-		ev = bpf_ringbuf_reserve(&slack_events, sizeof(*ev), 0);
-		if (!ev) {
-			/* Ring full: the agent's next refill releases the group. */
+		/* Ring full: the agent's next refill releases the group. */
+		if (!bw_emit(BW_EV_SLACK, slot, g->cgid, 0, 0, 0))
 			WRITE_ONCE(g->slack_pending, 0);
-			continue;
-		}
-		ev->slot = slot;
-		ev->pad = 0;
-		bpf_ringbuf_submit(ev, 0);
 	}
 }
 

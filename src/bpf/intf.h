@@ -75,7 +75,7 @@ struct bw_group {
 	u32 throttled;
 	/*
 	 * Set by the CPU that returned slack into a throttled pool and told the
-	 * agent (slack_events ring); cleared by the agent when it handled it.
+	 * agent (events ring, BW_EV_SLACK); cleared by the agent when it handled it.
 	 */
 	u32 slack_pending;
 
@@ -127,10 +127,26 @@ struct bw_reset_args {
 	u32 pad;
 };
 
-/* Record of the slack_events ring buffer: slack returned into a throttled pool. */
-struct bw_slack_event {
+enum bw_event_kind {
+	/* Slack returned into the throttled pool of slot. */
+	BW_EV_SLACK		= 1,
+	/* cpu.max / cpu.max.burst of cgid (at attach, creation, or a write). */
+	BW_EV_LIMIT		= 2,
+	/* cgid, which has a slot, is being destroyed. */
+	BW_EV_EXIT		= 3,
+};
+
+/*
+ * Record of the events ring buffer (BPF -> agent). Limits are in µs as
+ * written to cgroupfs; an unlimited quota ("max") is (u64)-1.
+ */
+struct bw_event {
+	u32 kind;
 	u32 slot;
-	u32 pad;
+	u64 cgid;
+	u64 period_us;
+	u64 quota_us;
+	u64 burst_us;
 };
 
 /* Global counters, per CPU, summed by the agent. */
@@ -145,6 +161,7 @@ enum bw_stat_idx {
 	BW_STAT_PREEMPT,	/* running tasks cut short by throttling */
 	BW_STAT_KICK,		/* idle CPUs kicked to run released or queued tasks */
 	BW_STAT_SLACK,		/* ns of local runtime returned to pools */
+	BW_STAT_EVENT_LOST,	/* events the ring had no room for */
 	BW_NR_STATS,
 };
 

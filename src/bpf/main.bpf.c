@@ -138,7 +138,11 @@ static bool prev_can_go_on(struct task_struct *prev)
 	if (!prev || !(prev->scx.flags & SCX_TASK_QUEUED))
 		return false;
 	tctx = task_ctx(prev);
-	return !(tctx && tctx->nr_chain && bw_blocked_slot(tctx) >= 0);
+	if (!tctx)
+		return true;
+	/* A task that keeps its CPU never passes through running again. */
+	bw_refresh_chain(prev, tctx);
+	return !(tctx->nr_chain && bw_blocked_slot(tctx) >= 0);
 }
 
 static void keep_prev(struct task_struct *prev)
@@ -169,7 +173,12 @@ void BPF_STRUCT_OPS(bw_dispatch, s32 cpu, struct task_struct *prev)
 			return;
 		}
 		tctx = task_ctx(p);
-		if (tctx && tctx->nr_chain) {
+		/*
+		 * A stale chain may name a slot that was just given up (its
+		 * pool empty): don't park on it; running() resolves the chain
+		 * and stops the task if a group it really belongs to is dry.
+		 */
+		if (tctx && tctx->nr_chain && tctx->gen == bw_cfg_gen) {
 			slot = bw_blocked_slot(tctx);
 			if (slot >= 0) {
 				if (scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p,
@@ -259,6 +268,8 @@ void BPF_STRUCT_OPS(bw_tick, struct task_struct *p)
 
 	if (!tctx)
 		return;
+	/* A running task may have moved or its groups changed since it started. */
+	bw_refresh_chain(p, tctx);
 	/* Every task is charged: its vtime stays current for dispatch. */
 	paid = charge(p, tctx);
 	if (!tctx->nr_chain)
@@ -309,6 +320,44 @@ void BPF_STRUCT_OPS(bw_cgroup_move, struct task_struct *p, struct cgroup *from,
 
 	if (tctx)
 		tctx->gen = BW_GEN_STALE;
+}
+
+/*
+ * cpu.max and cpu.max.burst: the kernel hands every cgroup's values to
+ * cgroup_init (at attach and on creation) and each change to
+ * cgroup_set_bandwidth (kernels with that op). The agent owns pools and
+ * timers, so these only pass the values on; the agent applies them (a
+ * configured limit takes precedence).
+ */
+s32 BPF_STRUCT_OPS(bw_cgroup_init, struct cgroup *cgrp, struct scx_cgroup_init_args *args)
+{
+	u64 quota = (u64)-1, period = 0, burst = 0;
+
+	if (bpf_core_field_exists(args->bw_quota_us)) {
+		quota = args->bw_quota_us;
+		period = args->bw_period_us;
+		burst = args->bw_burst_us;
+	}
+	/* Unlimited cgroups are the common case: nothing to tell. */
+	if (cgrp->level > 0 && quota != (u64)-1)
+		bw_emit(BW_EV_LIMIT, 0, cgrp->kn->id, period, quota, burst);
+	return 0;
+}
+
+void BPF_STRUCT_OPS(bw_cgroup_set_bandwidth, struct cgroup *cgrp, u64 period_us,
+		    u64 quota_us, u64 burst_us)
+{
+	if (cgrp->level > 0)
+		bw_emit(BW_EV_LIMIT, 0, cgrp->kn->id, period_us, quota_us, burst_us);
+}
+
+void BPF_STRUCT_OPS(bw_cgroup_exit, struct cgroup *cgrp)
+{
+	u64 cgid = cgrp->kn->id;
+	u32 *slot = bpf_map_lookup_elem(&cgid_slot, &cgid);
+
+	if (slot)
+		bw_emit(BW_EV_EXIT, *slot, cgid, 0, 0, 0);
 }
 
 s32 BPF_STRUCT_OPS_SLEEPABLE(bw_init)
@@ -379,7 +428,10 @@ SCX_OPS_DEFINE(bandwidth_ops,
 	       .stopping		= (void *)bw_stopping,
 	       .enable			= (void *)bw_enable,
 	       .init_task		= (void *)bw_init_task,
+	       .cgroup_init		= (void *)bw_cgroup_init,
+	       .cgroup_exit		= (void *)bw_cgroup_exit,
 	       .cgroup_move		= (void *)bw_cgroup_move,
+	       .cgroup_set_bandwidth	= (void *)bw_cgroup_set_bandwidth,
 	       .init			= (void *)bw_init,
 	       .exit			= (void *)bw_exit,
 	       .dump			= (void *)bw_dump,

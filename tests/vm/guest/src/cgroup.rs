@@ -96,6 +96,11 @@ pub fn write_cpu_max(rel: &str, quota_us: u64, period_us: u64) -> Result<(), Str
     write(rel, "cpu.max", &format!("{quota_us} {period_us}"))
 }
 
+/// cpu.max "max PERIOD": no limit.
+pub fn write_cpu_max_unlimited(rel: &str) -> Result<(), String> {
+    write(rel, "cpu.max", "max")
+}
+
 pub fn write_cpu_max_burst(rel: &str, burst_us: u64) -> Result<(), String> {
     write(rel, "cpu.max.burst", &burst_us.to_string())
 }

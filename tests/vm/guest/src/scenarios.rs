@@ -392,6 +392,14 @@ pub fn all() -> Vec<Scenario> {
             under_quota,
         ),
         Scenario {
+            name: "cpu_max",
+            about: "no config: cpu.max set before attach and written while running is enforced (±2%), \"max\" frees, cpu.max.burst lets a paused group burst",
+            needs_sched: true,
+            limits: vec![],
+            cgroups: vec!["t/a"],
+            body: Body::Custom(cpu_max),
+        },
+        Scenario {
             name: "slack",
             about: "400ms/400ms, hog on CPU 0 + 400ms-on/400ms-off on CPU 1: group at cap ±1% with and without slack return",
             needs_sched: true,
@@ -707,6 +715,77 @@ fn slack(ctx: &mut Ctx) -> Result<(), String> {
     ctx.figure("a_gain", format!("{:.3}", a_cpus[0] - a_cpus[1]));
     if a_cpus[0] < a_cpus[1] * 0.99 {
         ctx.fail(format!("A got {:.3} CPUs with slack return, {:.3} without", a_cpus[0], a_cpus[1]));
+    }
+    Ok(())
+}
+
+/// Limits written to cgroupfs, as systemd, Docker or Kubernetes do, with no configuration:
+/// (1) a cpu.max set before the scheduler starts is enforced from attach on; (2) one written
+/// while a group runs limits it within a period and then to ±2 %; (3) "max" frees it;
+/// (4) cpu.max.burst lets a group that paused use more than its quota in a period: with
+/// quota 35 ms + burst 20 ms the first period after a pause uses ~55 ms (plus what CPUs
+/// still hold locally, ≤ 5 ms each); without the burst it could not pass 35 + 10 ms.
+fn cpu_max(ctx: &mut Ctx) -> Result<(), String> {
+    // (1) Limit in place before attach.
+    ctx.stop_sched()?;
+    crate::cgroup::create_tree(&["t/pre"])?;
+    crate::cgroup::write_cpu_max("t/pre", 20_000, 100_000)?;
+    ctx.start_sched(&[])?;
+    let pre = ctx.spawn(&hog("t/pre", 2), 60)?;
+    ctx.check_on_scx(pre);
+    measure_ratio(ctx, "pre", "t/pre", 0.2, 0.02)?;
+    ctx.kill_works(pre);
+
+    // (2) Written while running.
+    let w = ctx.spawn(&hog("t/a", 2), 60)?;
+    ctx.check_on_scx(w);
+    sleep(Duration::from_millis(500));
+    crate::cgroup::write_cpu_max("t/a", 35_000, 100_000)?;
+    sleep(Duration::from_millis(100));
+    let first = ctx.measure(&["t/a"], Duration::from_secs(1))?[0];
+    ctx.figure("written.first_s_cpus", format!("{first:.3}"));
+    if first > 0.35 * 1.1 {
+        ctx.fail(format!("cpu.max 35000 100000: {first:.3} CPUs in the first second after the write"));
+    }
+    measure_ratio(ctx, "written", "t/a", 0.35, 0.02)?;
+    let m = crate::stats::fetch()?;
+    let g = crate::stats::group(&m, "t/a")?;
+    if g["source"] != "cpu.max" || g["quota_us"] != 35_000 {
+        ctx.fail(format!("stats for t/a: source {} quota_us {}", g["source"], g["quota_us"]));
+    }
+
+    // (3) Unlimited again.
+    crate::cgroup::write_cpu_max_unlimited("t/a")?;
+    sleep(Duration::from_millis(300));
+    let free = ctx.measure(&["t/a"], Duration::from_secs(2))?[0];
+    ctx.figure("max.cpus", format!("{free:.3}"));
+    if free < 1.5 {
+        ctx.fail(format!("cpu.max max: 2 hogs got {free:.3} CPUs"));
+    }
+
+    // (4) Burst: pause the hogs for 5 periods, then let them run.
+    crate::cgroup::write_cpu_max("t/a", 35_000, 100_000)?;
+    crate::cgroup::write_cpu_max_burst("t/a", 20_000)?;
+    sleep(Duration::from_millis(500));
+    let pid = ctx.workload_pid(w).ok_or("hog gone")?;
+    let before = crate::stats::fetch()?;
+    crate::sched::signal(pid, libc::SIGSTOP);
+    sleep(Duration::from_millis(500));
+    crate::sched::signal(pid, libc::SIGCONT);
+    sleep(Duration::from_millis(500));
+    let after = crate::stats::fetch()?;
+    let bursts = crate::stats::group_delta(&before, &after, "t/a", "used_nr_bursts")?;
+    let g = crate::stats::group(&after, "t/a")?;
+    // The 5 periods since the hogs resumed, from the scheduler's per-period usage.
+    let peak = g["history_usec"]
+        .as_array()
+        .map(|h| h.iter().rev().take(5).filter_map(|v| v.as_u64()).max().unwrap_or(0))
+        .unwrap_or(0);
+    ctx.figure("burst.used_nr_bursts", bursts);
+    ctx.figure("burst.burst_us", &g["burst_us"]);
+    ctx.figure("burst.peak_period_ms", format!("{:.1}", peak as f64 / 1e3));
+    if peak < 50_000 {
+        ctx.fail(format!("cpu.max.burst 20000: the busiest period after a pause used {:.1} ms, not ~55", peak as f64 / 1e3));
     }
     Ok(())
 }
