@@ -13,6 +13,22 @@ use scx_bandwidth::{cgroups, config, opts::Opts, scheduler::Scheduler, stats};
 /// Exit code for bad input (configuration, command line): nothing attached.
 const EXIT_USAGE: u8 = 2;
 
+/// Set by SIGHUP; the agent's loop re-reads the configuration (within 250 ms).
+static RELOAD: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_sighup(_: libc::c_int) {
+    RELOAD.store(true, Ordering::Relaxed);
+}
+
+fn install_sighup() -> std::io::Result<()> {
+    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+    let old = unsafe { libc::signal(libc::SIGHUP, on_sighup as *const () as libc::sighandler_t) };
+    if old == libc::SIG_ERR {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 fn init_logging(verbose: u8) {
     let level = if verbose > 0 { simplelog::LevelFilter::Debug } else { simplelog::LevelFilter::Info };
     let cfg = simplelog::ConfigBuilder::new()
@@ -77,12 +93,16 @@ fn main() -> ExitCode {
         }
     };
 
+    if let Err(e) = install_sighup() {
+        error!("cannot install the SIGHUP handler: {e}");
+        return ExitCode::FAILURE;
+    }
     scx_utils::try_set_rlimit_infinity();
 
     let mut open_object = MaybeUninit::uninit();
     loop {
         let result = Scheduler::init(&opts, &config, root.clone(), &mut open_object)
-            .and_then(|mut sched| sched.run(shutdown.clone(), &wake_rx));
+            .and_then(|mut sched| sched.run(shutdown.clone(), &wake_rx, &RELOAD));
         match result {
             // uei_report! already printed the exit reason; an error exit
             // comes back as Err.

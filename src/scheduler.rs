@@ -182,6 +182,8 @@ pub struct Scheduler<'a> {
     lateness: VecDeque<u64>,
     stats: Option<StatsLink>,
     events: Option<EventReader>,
+    /// The configuration file, re-read on SIGHUP.
+    config_path: Option<PathBuf>,
 }
 
 impl<'a> Scheduler<'a> {
@@ -226,6 +228,7 @@ impl<'a> Scheduler<'a> {
             lateness: VecDeque::with_capacity(LATENESS_SAMPLES),
             stats: None,
             events: None,
+            config_path: opts.config.clone(),
         };
         // Helper threads start before the agent turns SCHED_FIFO: they inherit
         // the policy, and neither is time-critical.
@@ -286,7 +289,7 @@ impl<'a> Scheduler<'a> {
     fn poll_cgroups(&mut self, now: Instant) -> Result<()> {
         let mut changed = false;
         for slot in 0..self.groups.len() {
-            if self.groups[slot].origin != Origin::Config {
+            if self.groups[slot].origin != Origin::Config || self.groups[slot].free {
                 continue;
             }
             let rel = self.groups[slot].cfg.cgroup.clone();
@@ -465,6 +468,74 @@ impl<'a> Scheduler<'a> {
         Ok(())
     }
 
+    /// SIGHUP: read the configuration again. A file that does not validate changes
+    /// nothing (the error names file, group and field, as at start); otherwise
+    /// changed limits apply at once (pool refilled, as for a cpu.max write),
+    /// new paths are watched and removed ones released.
+    fn reload(&mut self, now: Instant) -> Result<()> {
+        let Some(path) = self.config_path.clone() else {
+            info!("SIGHUP: no --config to reload");
+            return Ok(());
+        };
+        let new = match config::load(&path) {
+            Ok(c) => c,
+            Err(e) => {
+                error!("reload: {e}; the current configuration stays in force");
+                return Ok(());
+            }
+        };
+        let configured: Vec<usize> =
+            (0..self.groups.len()).filter(|&s| self.groups[s].origin == Origin::Config && !self.groups[s].free).collect();
+        let added = new.groups.iter().filter(|n| !configured.iter().any(|&s| self.groups[s].cfg.cgroup == n.cgroup)).count();
+        let free = self.groups.iter().filter(|g| g.free).count() + (config::MAX_GROUPS - self.groups.len());
+        if added > free {
+            error!("reload: {}: {added} new groups but only {free} free slots; the current configuration stays in force", path.display());
+            return Ok(());
+        }
+        let (mut changed, mut removed) = (0, 0);
+        for s in configured {
+            let cg = self.groups[s].cfg.cgroup.clone();
+            match new.groups.iter().find(|n| n.cgroup == cg) {
+                Some(n) if *n == self.groups[s].cfg => {}
+                Some(n) => {
+                    self.groups[s].cfg = n.clone();
+                    if let Some(cgid) = self.groups[s].watch.cgid.filter(|_| self.groups[s].timer.is_some()) {
+                        self.activate(s, cgid, now)?;
+                    } else {
+                        self.write_limits(s);
+                    }
+                    changed += 1;
+                }
+                None => {
+                    if self.groups[s].timer.is_some() {
+                        self.deactivate(s)?;
+                    }
+                    self.groups[s].watch = CgroupWatch::default();
+                    self.groups[s].free = true;
+                    removed += 1;
+                }
+            }
+        }
+        for n in &new.groups {
+            let exists = self.groups.iter().any(|g| g.origin == Origin::Config && !g.free && g.cfg.cgroup == n.cgroup);
+            if exists {
+                continue;
+            }
+            let s = self.free_slot().expect("free slots were counted above");
+            let g = Group::new(n.clone(), Origin::Config);
+            if s == self.groups.len() {
+                self.groups.push(g);
+            } else {
+                self.groups[s] = g;
+            }
+            self.write_limits(s);
+        }
+        self.bump_cfg_gen();
+        info!("reloaded {}: {changed} changed, {added} added, {removed} removed", path.display());
+        // New paths are picked up (and cpu.max precedence settled) by the poll.
+        self.poll_cgroups(now)
+    }
+
     fn on_event(&mut self, ev: bpf_intf::bw_event) -> Result<()> {
         let now = Instant::now();
         match ev.kind {
@@ -563,7 +634,7 @@ impl<'a> Scheduler<'a> {
     }
 
     /// The agent's event loop until shutdown or a scheduler exit.
-    pub fn run(&mut self, shutdown: Arc<AtomicBool>, wakeup: &Receiver<()>) -> Result<UserExitInfo> {
+    pub fn run(&mut self, shutdown: Arc<AtomicBool>, wakeup: &Receiver<()>, reload: &AtomicBool) -> Result<UserExitInfo> {
         let start = Instant::now();
         let mut next_poll = start + CGROUP_POLL;
         let mut next_stats = self.stats_every.map(|d| start + d);
@@ -583,6 +654,9 @@ impl<'a> Scheduler<'a> {
             }
             // The cgroup poll is a stat() per configured group: done at once. The stats
             // report is housekeeping (see below).
+            if reload.swap(false, Ordering::Relaxed) {
+                self.reload(now)?;
+            }
             if now >= next_poll {
                 self.poll_cgroups(now)?;
                 next_poll = now + CGROUP_POLL;

@@ -216,6 +216,21 @@ impl<'a> Ctx<'a> {
         }
     }
 
+    /// The scheduler's configuration file, if it was started with one.
+    pub fn sched_config(&self) -> Option<&Path> {
+        self.sched_cfg.as_deref()
+    }
+
+    /// The scheduler's output so far (its log file).
+    pub fn sched_output(&self) -> String {
+        self.sched_log.as_ref().and_then(|p| std::fs::read_to_string(p).ok()).unwrap_or_default()
+    }
+
+    /// The scheduler binary under test (for a second instance, e.g. --monitor).
+    pub fn sched_bin(&self) -> &Path {
+        &self.opts.sched
+    }
+
     /// A scheduler runs (false in --cfs mode).
     pub fn has_sched(&self) -> bool {
         self.sched.is_some()
