@@ -140,8 +140,14 @@ static bool prev_can_go_on(struct task_struct *prev)
 	tctx = task_ctx(prev);
 	if (!tctx)
 		return true;
-	/* A task that keeps its CPU never passes through running again. */
-	bw_refresh_chain(prev, tctx);
+	/*
+	 * A stale chain cannot be resolved here (prev is not an argument the
+	 * kernel lets us look up the cgroup of in dispatch): let prev go
+	 * through enqueue and running, which resolve it. tick keeps the chain
+	 * of a task that holds its CPU current.
+	 */
+	if (tctx->gen != bw_cfg_gen)
+		return false;
 	return !(tctx->nr_chain && bw_blocked_slot(tctx) >= 0);
 }
 
