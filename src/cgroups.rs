@@ -6,6 +6,7 @@
 //! paths and notices a new id, a removal or an appearance (see
 //! [`CgroupWatch`]).
 
+use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::io;
 use std::os::unix::fs::MetadataExt;
@@ -57,26 +58,34 @@ pub fn cgroup_id(root: &Path, rel: &str) -> Result<Option<u64>> {
     Ok(Some(meta.ino()))
 }
 
-/// The path (relative to `root`) of the cgroup whose id is `cgid`, by walking the
-/// hierarchy; None if it is not there (any more).
-pub fn path_of_id(root: &Path, cgid: u64) -> Option<String> {
+/// The paths (relative to `root`) of the cgroups with the given ids, found in one
+/// walk of the hierarchy; ids not there (any more) are left out.
+pub fn paths_of_ids(root: &Path, ids: &HashSet<u64>) -> HashMap<u64, String> {
+    let mut found = HashMap::new();
     let mut stack = vec![(root.to_path_buf(), 0usize)];
     while let Some((dir, depth)) = stack.pop() {
-        for e in fs::read_dir(&dir).ok()?.flatten() {
-            let Ok(ft) = e.file_type() else { continue };
-            if !ft.is_dir() {
+        let Ok(entries) = fs::read_dir(&dir) else { continue };
+        for e in entries.flatten() {
+            if !e.file_type().is_ok_and(|t| t.is_dir()) {
                 continue;
             }
             let p = e.path();
-            if e.metadata().map(|m| m.ino()).ok() == Some(cgid) {
-                return p.strip_prefix(root).ok().map(|r| r.to_string_lossy().into_owned());
+            if let Ok(ino) = e.metadata().map(|m| m.ino()) {
+                if ids.contains(&ino) {
+                    if let Ok(rel) = p.strip_prefix(root) {
+                        found.insert(ino, rel.to_string_lossy().into_owned());
+                    }
+                    if found.len() == ids.len() {
+                        return found;
+                    }
+                }
             }
             if depth < 64 {
                 stack.push((p, depth + 1));
             }
         }
     }
-    None
+    found
 }
 
 /// Tracks one configured path's id across polls.
@@ -115,9 +124,12 @@ mod tests {
     fn path_of_id_walks_the_tree() {
         let root = std::env::temp_dir().join(format!("scxbw-walk-{}", std::process::id()));
         fs::create_dir_all(root.join("a/b/c")).unwrap();
-        let ino = fs::metadata(root.join("a/b/c")).unwrap().ino();
-        assert_eq!(path_of_id(&root, ino).as_deref(), Some("a/b/c"));
-        assert_eq!(path_of_id(&root, u64::MAX), None);
+        let c = fs::metadata(root.join("a/b/c")).unwrap().ino();
+        let a = fs::metadata(root.join("a")).unwrap().ino();
+        let found = paths_of_ids(&root, &HashSet::from([c, a, u64::MAX]));
+        assert_eq!(found.get(&c).map(String::as_str), Some("a/b/c"));
+        assert_eq!(found.get(&a).map(String::as_str), Some("a"));
+        assert_eq!(found.len(), 2);
         fs::remove_dir_all(&root).unwrap();
     }
 

@@ -12,7 +12,7 @@
 //! above sched_ext, so it is never queued behind the tasks it limits; BPF also
 //! exempts the agent's thread group from charging and parking.
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::mem::MaybeUninit;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, Ordering};
@@ -41,6 +41,9 @@ const CGROUP_POLL: Duration = Duration::from_millis(200);
 const POLL_SLACK: Duration = Duration::from_millis(50);
 
 const NSEC_PER_USEC: u64 = 1_000;
+
+/// Name of a cgroupfs-limited group until its path is looked up: "id:" + cgroup id.
+const UNRESOLVED: &str = "id:";
 
 /// Refills whose timer lateness is kept for the p99 statistic.
 const LATENESS_SAMPLES: usize = 1024;
@@ -413,7 +416,9 @@ impl<'a> Scheduler<'a> {
             }
             return Ok(());
         }
-        let path = cgroups::path_of_id(&self.root, cgid).unwrap_or_else(|| format!("(cgroup id {cgid})"));
+        // The path is looked up later, at normal priority (resolve_paths): a walk of
+        // the hierarchy per event would be quadratic when many cgroups appear at once.
+        let path = format!("{UNRESOLVED}{cgid}");
         let cfg = match GroupConfig::from_cgroupfs(&path, ev.quota_us, ev.period_us, ev.burst_us) {
             Ok(c) => c,
             Err(e) => {
@@ -424,12 +429,12 @@ impl<'a> Scheduler<'a> {
         let s = match slot.or_else(|| self.free_slot()) {
             Some(s) => s,
             None => {
-                warn!("cgroup {path}: cpu.max {} {} not enforced: all {} group slots are in use", ev.quota_us, ev.period_us, config::MAX_GROUPS);
+                warn!("cgroup id {cgid}: cpu.max {} {} not enforced: all {} group slots are in use", ev.quota_us, ev.period_us, config::MAX_GROUPS);
                 return Ok(());
             }
         };
         info!(
-            "cgroup {path} (id {cgid}): cpu.max {} {}, burst {} us{}",
+            "cgroup id {cgid}: cpu.max {} {}, burst {} us{}",
             cfg.quota_us,
             cfg.period_us,
             cfg.burst_us,
@@ -440,11 +445,36 @@ impl<'a> Scheduler<'a> {
         } else if slot.is_none() {
             self.groups[s] = Group::new(cfg, Origin::Cgroupfs { cgid });
         } else {
-            self.groups[s].cfg = cfg;
+            let known = std::mem::take(&mut self.groups[s].cfg.cgroup);
+            self.groups[s].cfg = GroupConfig { cgroup: known, ..cfg };
         }
         self.activate(s, cgid, now)?;
         self.bump_cfg_gen();
         Ok(())
+    }
+
+    /// Fill in the paths of cgroupfs-limited groups (one walk for all of them).
+    fn resolve_paths(&mut self) {
+        let ids: HashSet<u64> = self
+            .groups
+            .iter()
+            .filter(|g| !g.free && g.cfg.cgroup.starts_with(UNRESOLVED))
+            .filter_map(|g| match g.origin {
+                Origin::Cgroupfs { cgid } => Some(cgid),
+                Origin::Config => None,
+            })
+            .collect();
+        if ids.is_empty() {
+            return;
+        }
+        let found = cgroups::paths_of_ids(&self.root, &ids);
+        for g in &mut self.groups {
+            if let (Origin::Cgroupfs { cgid }, false) = (g.origin, g.free) {
+                if let Some(p) = found.get(&cgid) {
+                    g.cfg.cgroup = p.clone();
+                }
+            }
+        }
     }
 
     /// A slot for a new cgroupfs-limited group: a freed one, or the next one.
@@ -459,7 +489,7 @@ impl<'a> Scheduler<'a> {
     fn on_cgroup_exit(&mut self, cgid: u64) -> Result<()> {
         if let Some(s) = self.slot_of(cgid) {
             if let Origin::Cgroupfs { .. } = self.groups[s].origin {
-                info!("cgroup {} removed", self.groups[s].cfg.cgroup);
+                info!("cgroup {} (id {cgid}) removed", self.groups[s].cfg.cgroup);
                 self.deactivate(s)?;
                 self.groups[s].free = true;
                 self.bump_cfg_gen();
@@ -734,9 +764,11 @@ impl<'a> Scheduler<'a> {
 
     /// A snapshot of every statistic (see stats.rs).
     pub fn metrics(&mut self) -> Metrics {
+        self.resolve_paths();
         let mut m = Metrics { at_us: stats::monotonic_us(), ..Default::default() };
         stats::counters_into(&mut m, &read_counters(&self.skel.maps.bw_stats));
         m.refills = self.refills;
+        m.active_groups = self.groups.iter().filter(|g| !g.free && g.timer.is_some()).count() as u64;
         m.slack_distributions = self.slack_distributions;
         let mut late: Vec<u64> = self.lateness.iter().copied().collect();
         late.sort_unstable();

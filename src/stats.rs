@@ -100,12 +100,16 @@ pub struct Metrics {
     pub preempt: u64,
     #[stat(desc = "Local runtime returned to pools (slack, µs)")]
     pub slack_returned_usec: u64,
+    #[stat(desc = "Events (slack, cgroup limits, exits) lost because the ring to the agent was full")]
+    pub event_lost: u64,
     #[stat(desc = "Period refills done by the agent")]
     pub refills: u64,
     #[stat(desc = "Slack distributions done by the agent")]
     pub slack_distributions: u64,
     #[stat(desc = "Agent period-timer lateness, 99th percentile of the last 1024 refills (µs)")]
     pub timer_late_p99_us: u64,
+    #[stat(desc = "Limited cgroups enforced now (slots mapped to a cgroup)")]
+    pub active_groups: u64,
     #[stat(desc = "Per limited group")]
     pub groups: Vec<GroupMetrics>,
 }
@@ -123,6 +127,7 @@ pub fn counters_into(m: &mut Metrics, counters: &[u64]) {
     m.throttle = c(bpf_intf::bw_stat_idx_BW_STAT_THROTTLE);
     m.preempt = c(bpf_intf::bw_stat_idx_BW_STAT_PREEMPT);
     m.slack_returned_usec = c(bpf_intf::bw_stat_idx_BW_STAT_SLACK) / 1000;
+    m.event_lost = c(bpf_intf::bw_stat_idx_BW_STAT_EVENT_LOST);
 }
 
 /// Upper bound (µs, exclusive) of throttle-wait bucket `b`: buckets 0..4 are 0..4 µs,
