@@ -105,10 +105,47 @@ struct RawGroup {
 /// Read and validate a configuration file.
 pub fn load(path: &Path) -> Result<Config, ConfigError> {
     let file = path.display();
+    check_owner_only(path)?;
     let bytes = std::fs::read(path).map_err(|e| ConfigError(format!("{file}: cannot read: {e}")))?;
     let text = String::from_utf8(bytes)
         .map_err(|e| ConfigError(format!("{file}: not UTF-8 text (byte {})", e.utf8_error().valid_up_to())))?;
     parse(&text, &file.to_string())
+}
+
+/// The configuration sets every group's CPU limit and the daemon runs as root:
+/// refuse a file that someone other than its owner (root or the user running
+/// us) could change, directly or by replacing it in its directory.
+fn check_owner_only(path: &Path) -> Result<(), ConfigError> {
+    use std::os::unix::fs::MetadataExt;
+    let file = path.display();
+    let meta = std::fs::metadata(path).map_err(|e| ConfigError(format!("{file}: cannot read: {e}")))?;
+    let mode = meta.mode() & 0o7777;
+    if mode & 0o022 != 0 {
+        return Err(ConfigError(format!(
+            "{file}: writable by group or others (mode {mode:04o}); whoever can edit it sets every group's CPU limit: chmod go-w it"
+        )));
+    }
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    if meta.uid() != 0 && meta.uid() != euid {
+        return Err(ConfigError(format!(
+            "{file}: owned by uid {}, neither root nor the user running the scheduler (uid {euid}); it could be changed behind our back",
+            meta.uid()
+        )));
+    }
+    if let Some(dir) = path.parent().map(|d| if d.as_os_str().is_empty() { Path::new(".") } else { d }) {
+        if let Ok(d) = std::fs::metadata(dir) {
+            let dmode = d.mode() & 0o7777;
+            // Sticky directories (/tmp) let only the owner replace the file.
+            if dmode & 0o002 != 0 && dmode & 0o1000 == 0 {
+                return Err(ConfigError(format!(
+                    "{file}: its directory {} is writable by anyone (mode {dmode:04o}), so the file could be replaced",
+                    dir.display()
+                )));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Parse and validate configuration text; `origin` names it in errors.

@@ -42,6 +42,19 @@ fn bad_configs_exit_2_with_the_field_named() {
 }
 
 #[test]
+fn config_writable_by_others_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let p = config("open.toml", b"[[group]]\ncgroup = \"a\"\nquota_us = 5000\n");
+    for mode in [0o666, 0o620] {
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
+        let (code, err) = run(&["--config", p.to_str().unwrap()]);
+        assert_eq!(code, 2, "{mode:o}: {err}");
+        assert!(err.contains("open.toml: writable by group or others"), "{mode:o}: {err}");
+    }
+    // (The other cases' files are 0644 and get past this check to their own errors.)
+}
+
+#[test]
 fn missing_config_exits_2() {
     let (code, err) = run(&["--config", "/nonexistent/scxbw.toml"]);
     assert_eq!(code, 2, "{err}");
