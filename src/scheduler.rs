@@ -15,7 +15,7 @@
 use std::collections::{HashSet, VecDeque};
 use std::mem::MaybeUninit;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -79,6 +79,9 @@ pub struct Group {
     usage_at_refill: u64,
     /// When the last refill read usage.
     refilled_at: Option<Instant>,
+    /// bw_group.refilled_at as the agent last wrote it: a newer value there means
+    /// the BPF safety net refilled meanwhile.
+    agent_refilled_ns: u64,
     /// Kernel-defined burst figures (runtime moved out of the pool beyond quota).
     pub nr_bursts: u64,
     pub burst_ns: u64,
@@ -107,6 +110,7 @@ impl Group {
             snap: 0,
             usage_at_refill: 0,
             refilled_at: None,
+            agent_refilled_ns: 0,
             nr_bursts: 0,
             burst_ns: 0,
             used_nr_bursts: 0,
@@ -271,6 +275,22 @@ impl<'a> Scheduler<'a> {
         unsafe { AtomicU32::from_ptr(&raw mut g.slack_pending) }.store(0, Ordering::Release);
     }
 
+    /// Record a refill of `slot` now in bw_group.refilled_at (the safety net's clock).
+    fn stamp_refill(&mut self, slot: usize) {
+        let now = stats::monotonic_ns();
+        let g = &mut self.bss().bw_groups[slot];
+        // SAFETY: aligned u64 in the mmapped .bss; BPF updates it with a CAS.
+        unsafe { AtomicU64::from_ptr(&raw mut g.refilled_at) }.store(now, Ordering::Release);
+        self.groups[slot].agent_refilled_ns = now;
+    }
+
+    /// bw_group.refilled_at as BPF sees it.
+    fn refill_stamp(&mut self, slot: usize) -> u64 {
+        let g = &mut self.bss().bw_groups[slot];
+        // SAFETY: as in stamp_refill.
+        unsafe { AtomicU64::from_ptr(&raw mut g.refilled_at) }.load(Ordering::Acquire)
+    }
+
     /// The pool of `slot`, shared with BPF, as an atomic.
     fn pool(&mut self, slot: usize) -> &AtomicI64 {
         let g = &mut self.bss().bw_groups[slot];
@@ -374,6 +394,7 @@ impl<'a> Scheduler<'a> {
         g.refilled_at = Some(now);
         g.timer = Some(PeriodTimer::new(Duration::from_micros(g.cfg.period_us), now));
         g.slack_at = None;
+        self.stamp_refill(slot);
         Ok(())
     }
 
@@ -602,7 +623,14 @@ impl<'a> Scheduler<'a> {
             }
         };
         let (q, b) = self.groups[slot].limits_ns(self.no_burst);
-        let (left, refilled) = pools::refill_shared(self.pool(slot), q, b);
+        // The safety net refilled while we were away: that was this period's refill.
+        let (left, refilled) = if self.refill_stamp(slot) > self.groups[slot].agent_refilled_ns {
+            let cur = self.pool(slot).load(Ordering::Acquire);
+            (cur, cur)
+        } else {
+            pools::refill_shared(self.pool(slot), q, b)
+        };
+        self.stamp_refill(slot);
 
         let g = &mut self.groups[slot];
         g.nr_periods += overrun;
@@ -805,6 +833,7 @@ impl<'a> Scheduler<'a> {
                 nr_slack_returns: b.nr_slack_returns,
                 pool_usec: b.runtime / NSEC_PER_USEC as i64,
                 nr_parked: b.nr_parked,
+                nr_safety_refills: b.nr_safety_refills,
                 wait_p50_us: stats::hist_percentile(&b.wait_hist, 0.50),
                 wait_p99_us: stats::hist_percentile(&b.wait_hist, 0.99),
                 wait_max_us: us(b.wait_max_ns),

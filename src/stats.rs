@@ -63,6 +63,8 @@ pub struct GroupMetrics {
     pub pool_usec: i64,
     #[stat(desc = "Tasks parked because the group was throttled")]
     pub nr_parked: u64,
+    #[stat(desc = "Refills the BPF safety net did because the agent was late by more than 2 periods")]
+    pub nr_safety_refills: u64,
     #[stat(desc = "Throttle wait, 50th percentile since start: park to running again (µs, bucket upper bound)")]
     pub wait_p50_us: u64,
     #[stat(desc = "Throttle wait, 99th percentile since start (µs, bucket upper bound)")]
@@ -102,6 +104,8 @@ pub struct Metrics {
     pub slack_returned_usec: u64,
     #[stat(desc = "Events (slack, cgroup limits, exits) lost because the ring to the agent was full")]
     pub event_lost: u64,
+    #[stat(desc = "Refills the BPF safety net did while the agent was stalled")]
+    pub safety_refills: u64,
     #[stat(desc = "Period refills done by the agent")]
     pub refills: u64,
     #[stat(desc = "Slack distributions done by the agent")]
@@ -128,6 +132,7 @@ pub fn counters_into(m: &mut Metrics, counters: &[u64]) {
     m.preempt = c(bpf_intf::bw_stat_idx_BW_STAT_PREEMPT);
     m.slack_returned_usec = c(bpf_intf::bw_stat_idx_BW_STAT_SLACK) / 1000;
     m.event_lost = c(bpf_intf::bw_stat_idx_BW_STAT_EVENT_LOST);
+    m.safety_refills = c(bpf_intf::bw_stat_idx_BW_STAT_SAFETY);
 }
 
 /// Upper bound (µs, exclusive) of throttle-wait bucket `b`: buckets 0..4 are 0..4 µs,
@@ -267,10 +272,15 @@ fn clip(s: &str, n: usize) -> String {
 
 /// CLOCK_MONOTONIC in µs: the time base of [`Metrics::at_us`].
 pub fn monotonic_us() -> u64 {
+    monotonic_ns() / 1_000
+}
+
+/// CLOCK_MONOTONIC in ns: BPF's bpf_ktime_get_ns() clock (bw_group.refilled_at).
+pub fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: valid out-pointer for clock_gettime.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000 + ts.tv_nsec as u64 / 1_000
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// The scx_stats server's description of every figure (`--help-stats`).

@@ -526,6 +526,125 @@ int bw_unthrottle(struct bw_unthrottle_args *args)
 }
 
 /*
+ * Safety net for a stalled agent (frozen, SIGSTOPped, starved): a BPF timer
+ * looks at every group's last refill; one BW_SAFETY_PERIODS periods old is
+ * refilled here with the agent's rule and marked for release, and all CPUs are
+ * kicked so that a dispatch (the only place that may move tasks between
+ * queues) releases its parked tasks. No runnable task waits for the sched_ext
+ * watchdog, and the group still gets no more than one quota per
+ * BW_SAFETY_PERIODS periods. The agent, once back, sees refilled_at and does
+ * not refill the same period again.
+ */
+struct safety_timer {
+	struct bpf_timer timer;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct safety_timer);
+} safety_timers SEC(".maps");
+
+/* Groups marked safety_release are waiting for a dispatch to release them. */
+volatile u64 bw_safety_pending;
+
+static bool bw_safety_refill(struct bw_group *g, u64 now)
+{
+	u64 at = READ_ONCE(g->refilled_at), period = g->period;
+	s32 attempt;
+
+	if (!g->cgid || !period || !at || now < at + BW_SAFETY_PERIODS * period)
+		return false;
+	if (__sync_val_compare_and_swap(&g->refilled_at, at, now) != at)
+		return false;
+	bpf_for(attempt, 0, 8) {
+		s64 old = READ_ONCE(g->runtime);
+		s64 cap = (s64)(g->quota + g->burst);
+		s64 new = (old > 0 ? old : 0) + (s64)g->quota;
+
+		if (new > cap)
+			new = cap;
+		if (__sync_val_compare_and_swap(&g->runtime, old, new) == old)
+			break;
+	}
+	__sync_fetch_and_add(&g->nr_safety_refills, 1);
+	stat_inc(BW_STAT_SAFETY);
+	WRITE_ONCE(g->safety_release, 1);
+	return true;
+}
+
+static int bw_safety_tick(void *map, int *key, struct safety_timer *st)
+{
+	u64 now = bpf_ktime_get_ns();
+	bool any = false;
+	s32 slot;
+
+	bpf_for(slot, 0, BW_MAX_GROUPS) {
+		struct bw_group *g = bw_group(slot);
+
+		if (g && bw_safety_refill(g, now))
+			any = true;
+	}
+	if (any) {
+		s32 cpu;
+
+		__sync_fetch_and_add(&bw_safety_pending, 1);
+		bpf_for(cpu, 0, nr_cpu_ids)
+			scx_bpf_kick_cpu(cpu, 0);
+	}
+	bpf_timer_start(&st->timer, BW_SAFETY_TICK_NS, 0);
+	return 0;
+}
+
+static s32 bw_safety_start(void)
+{
+	u32 key = 0;
+	struct safety_timer *st = bpf_map_lookup_elem(&safety_timers, &key);
+	s32 ret;
+
+	if (!st)
+		return -ENOENT;
+	ret = bpf_timer_init(&st->timer, &safety_timers, 1 /* CLOCK_MONOTONIC */);
+	if (ret)
+		return ret;
+	ret = bpf_timer_set_callback(&st->timer, bw_safety_tick);
+	if (ret)
+		return ret;
+	return bpf_timer_start(&st->timer, BW_SAFETY_TICK_NS, 0);
+}
+
+/*
+ * From ops.dispatch: release the parked tasks of groups the safety net
+ * refilled, as bw_unthrottle does for the agent.
+ */
+static void bw_safety_release(void)
+{
+	struct task_struct *p;
+	bool moved = false;
+	s32 slot;
+
+	if (!READ_ONCE(bw_safety_pending))
+		return;
+	WRITE_ONCE(bw_safety_pending, 0);
+	bpf_for(slot, 0, BW_MAX_GROUPS) {
+		struct bw_group *g = bw_group(slot);
+
+		if (!g || !READ_ONCE(g->safety_release))
+			continue;
+		if (__sync_val_compare_and_swap(&g->safety_release, 1, 0) != 1)
+			continue;
+		WRITE_ONCE(g->throttled, 0);
+		bpf_for_each(scx_dsq, p, BW_PARK_DSQ_BASE + slot, 0) {
+			if (scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, BW_SHARED_DSQ, 0))
+				moved = true;
+		}
+	}
+	if (moved)
+		kick_idle_cpus();
+}
+
+/*
  * Reset a slot the agent is (re)assigning: forget local runtime and throttle
  * state on every CPU and release anything still parked there.
  */
@@ -540,6 +659,7 @@ int bw_reset_slot(struct bw_reset_args *args)
 		return -EINVAL;
 	WRITE_ONCE(g->throttled, 0);
 	WRITE_ONCE(g->slack_pending, 0);
+	WRITE_ONCE(g->safety_release, 0);
 	s32 cpu;
 	bpf_for(cpu, 0, nr_cpu_ids) {
 		struct bw_cpu *c = bpf_map_lookup_percpu_elem(&bw_cpus, &slot, cpu);

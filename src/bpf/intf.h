@@ -5,9 +5,10 @@
  * Ownership of the shared state, which is the whole contract between the two:
  *
  *  - struct bw_group (one per limited cgroup, an array in .bss that the agent
- *    mmaps): the agent writes the limit fields and adds runtime to the pool;
- *    BPF only ever takes runtime out of the pool (compare-and-swap) and bumps
- *    the statistics counters.
+ *    mmaps): the agent writes the limit fields and adds runtime to the pool
+ *    (refill); CPUs take runtime out (compare-and-swap) and give slack back,
+ *    and bump the statistics counters. Only when the agent is stalled
+ *    (refilled_at BW_SAFETY_PERIODS periods old) does BPF refill a pool.
  *  - struct bw_cpu (per CPU and per group, a per-CPU array): private to BPF,
  *    except that the agent's unthrottle program reads the throttle clocks.
  *  - cgid_slot (hash map cgroup id -> slot): written by the agent only.
@@ -50,6 +51,14 @@ enum bw_consts {
 	 * the time a task waited parked, so each power of two is split in four.
 	 */
 	BW_WAIT_BUCKETS		= 96,
+
+	/*
+	 * Safety net: a group whose last refill is this many periods old gets
+	 * refilled and released by BPF itself (the agent is stalled), checked
+	 * every BW_SAFETY_TICK_NS by a BPF timer.
+	 */
+	BW_SAFETY_PERIODS	= 3,
+	BW_SAFETY_TICK_NS	= 50 * 1000 * 1000,
 };
 
 /*
@@ -78,6 +87,16 @@ struct bw_group {
 	 * agent (events ring, BW_EV_SLACK); cleared by the agent when it handled it.
 	 */
 	u32 slack_pending;
+	/* Set by the safety net: a dispatch must release this group's parked tasks. */
+	u32 safety_release;
+	u32 pad;
+	/*
+	 * CLOCK_MONOTONIC ns of the last refill, by the agent or the safety net;
+	 * 0 until the agent first filled the pool.
+	 */
+	u64 refilled_at;
+	/* Refills the safety net did because the agent was late. */
+	u64 nr_safety_refills;
 
 	/* --- statistics, written by BPF, read by the agent --- */
 	/* CPU time charged to the group (all CPUs, includes descendants). */
@@ -162,6 +181,7 @@ enum bw_stat_idx {
 	BW_STAT_KICK,		/* idle CPUs kicked to run released or queued tasks */
 	BW_STAT_SLACK,		/* ns of local runtime returned to pools */
 	BW_STAT_EVENT_LOST,	/* events the ring had no room for */
+	BW_STAT_SAFETY,		/* refills done by the BPF safety net */
 	BW_NR_STATS,
 };
 

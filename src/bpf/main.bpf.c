@@ -160,8 +160,11 @@ static void keep_prev(struct task_struct *prev)
 
 void BPF_STRUCT_OPS(bw_dispatch, s32 cpu, struct task_struct *prev)
 {
-	bool can_keep = prev_can_go_on(prev);
+	bool can_keep;
 	struct task_struct *p;
+
+	bw_safety_release();
+	can_keep = prev_can_go_on(prev);
 
 	bpf_for_each(scx_dsq, p, BW_SHARED_DSQ, 0) {
 		struct task_ctx *tctx;
@@ -379,7 +382,7 @@ s32 BPF_STRUCT_OPS_SLEEPABLE(bw_init)
 		if (ret)
 			return ret;
 	}
-	return 0;
+	return bw_safety_start();
 }
 
 void BPF_STRUCT_OPS(bw_exit, struct scx_exit_info *ei)
@@ -399,6 +402,7 @@ void BPF_STRUCT_OPS(bw_dump, struct scx_dump_ctx *dctx)
 			continue;
 		scx_bpf_dump("group[%d] cgid=%llu quota=%llu period=%llu burst=%llu\n",
 			     slot, g->cgid, g->quota, g->period, g->burst);
+		scx_bpf_dump("  refilled_at=%llu safety_refills=%llu\n", g->refilled_at, g->nr_safety_refills);
 		scx_bpf_dump("  pool=%lld throttled=%u slack_pending=%u parked_now=%d usage=%llu throttled_time=%llu\n",
 			     g->runtime, g->throttled, g->slack_pending,
 			     scx_bpf_dsq_nr_queued(BW_PARK_DSQ_BASE + slot),
