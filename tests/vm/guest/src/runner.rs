@@ -231,6 +231,13 @@ impl<'a> Ctx<'a> {
         &self.opts.sched
     }
 
+    /// The scheduler was killed by the scenario: reap it, and do not stop it afterwards.
+    pub fn forget_sched(&mut self) {
+        if let Some(mut s) = self.sched.take() {
+            s.kill();
+        }
+    }
+
     /// A scheduler runs (false in --cfs mode).
     pub fn has_sched(&self) -> bool {
         self.sched.is_some()

@@ -430,6 +430,20 @@ pub fn all() -> Vec<Scenario> {
             body: Body::Custom(slack),
         },
         custom(
+            "agent_stall",
+            "agent SIGSTOPped 3 s while its group is throttled: the BPF safety net keeps the group running at <= its limit, enforcement back to ±2% after SIGCONT",
+            true,
+            lim("t/a", 20_000, 100_000),
+            agent_stall,
+        ),
+        custom(
+            "sigkill_throttled",
+            "SIGKILL of the agent while a group is throttled: sched_ext disabled, every task finishes under the default scheduler",
+            true,
+            lim("t/a", 20_000, 100_000),
+            sigkill_throttled,
+        ),
+        custom(
             "sigint_throttled",
             "SIGINT while a group is throttled: clean detach, the hog finishes normally",
             true,
@@ -437,6 +451,79 @@ pub fn all() -> Vec<Scenario> {
             sigint_throttled,
         ),
     ]
+}
+
+/// The agent stops (SIGSTOP) for 3 s while its group is throttled. Without it nobody
+/// refills the pool, so the group's tasks would stay parked until it comes back (or the
+/// watchdog fires, for a longer stop). The BPF safety net refills a group whose last refill
+/// is 3 periods old: the group keeps running at about a third of its limit, never above
+/// it, the scheduler stays attached, and after SIGCONT the agent enforces ±2 % again.
+fn agent_stall(ctx: &mut Ctx) -> Result<(), String> {
+    let w = ctx.spawn(&hog("t/a", 2), 60)?;
+    ctx.check_on_scx(w);
+    measure_ratio(ctx, "before", "t/a", 0.2, 0.02)?;
+    let pid = ctx.sched_pid().ok_or("no scheduler")?;
+    crate::sched::signal(pid, libc::SIGSTOP);
+    let t = Instant::now();
+    sleep(Duration::from_millis(300));
+    let stalled = ctx.measure(&["t/a"], Duration::from_secs(2));
+    let rest = Duration::from_secs(3).saturating_sub(t.elapsed());
+    sleep(rest);
+    crate::sched::signal(pid, libc::SIGCONT);
+    let stalled = stalled?[0];
+    ctx.figure("stalled.usage_cpus", format!("{stalled:.3}"));
+    if stalled < 0.2 / 3.0 * 0.5 {
+        ctx.fail(format!("agent stopped: the group got {stalled:.3} CPUs, parked without a safety net"));
+    }
+    if stalled > 0.2 * 1.05 {
+        ctx.fail(format!("agent stopped: the group got {stalled:.3} CPUs, above its 0.2 limit"));
+    }
+    ctx.healthy()?;
+    measure_ratio(ctx, "after", "t/a", 0.2, 0.02)?;
+    let m = crate::stats::fetch()?;
+    let n = crate::stats::num(crate::stats::group(&m, "t/a")?, "nr_safety_refills")?;
+    ctx.figure("safety_refills", n);
+    if n < 1.0 {
+        ctx.fail("no safety-net refill recorded");
+    }
+    Ok(())
+}
+
+/// The agent dies (SIGKILL) while its group is throttled and tasks are parked: the kernel
+/// detaches the scheduler when the agent's link goes away, and every task, parked ones
+/// included, goes on under the fair class: the hog finishes at its own time with status 0.
+fn sigkill_throttled(ctx: &mut Ctx) -> Result<(), String> {
+    const HOG_S: u64 = 6;
+    let t0 = Instant::now();
+    let w = ctx.spawn(&hog("t/a", 4), HOG_S)?;
+    sleep(Duration::from_secs(1));
+    let pre = ctx.measure(&["t/a"], Duration::from_secs(1))?[0];
+    ctx.figure("pre_usage_cpus", format!("{pre:.3}"));
+    if pre > 0.2 * 1.5 {
+        ctx.fail(format!("group not throttled before SIGKILL: {pre:.3} CPUs for a 0.2-CPU limit"));
+    }
+    ctx.check_on_scx(w);
+    let pid = ctx.sched_pid().ok_or("no scheduler")?;
+    crate::sched::signal(pid, libc::SIGKILL);
+    let t = Instant::now();
+    let disabled = crate::sched::wait_for(Duration::from_secs(10), || crate::sched::state().as_deref() == Some("disabled"));
+    ctx.figure("disabled_ms", t.elapsed().as_millis());
+    if !disabled {
+        ctx.fail(format!("sched_ext '{}' 10 s after SIGKILL", crate::sched::state().unwrap_or_default()));
+    }
+    ctx.forget_sched();
+    let after = ctx.measure(&["t/a"], Duration::from_secs(1))?[0];
+    ctx.figure("after_usage_cpus", format!("{after:.3}"));
+    if after < 1.5 {
+        ctx.fail(format!("after the agent died, 4 hogs got {after:.3} CPUs: still limited or parked"));
+    }
+    let budget = Duration::from_secs(HOG_S + 10).saturating_sub(t0.elapsed());
+    let st = ctx.wait_workload(w, budget)?;
+    ctx.figure("hog_status", st.code().map(|c| c.to_string()).unwrap_or_else(|| "signal".into()));
+    if st.code() != Some(0) {
+        ctx.fail(format!("hog {}", crate::sched::describe(st)));
+    }
+    Ok(())
 }
 
 /// Detaching must release throttled tasks: after SIGINT they run under the fair class again,
