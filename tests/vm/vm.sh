@@ -16,7 +16,7 @@ make_rootfs() {
 
 # pack_initramfs DIR OUT: uncompressed newc archive (unpacking beats decompressing under TCG).
 pack_initramfs() {
-    ( cd "$1" && find . | cpio -o -H newc --quiet ) >"$2"
+    ( cd "$1" && find . | cpio -o -H newc -R 0:0 --quiet ) >"$2"
 }
 
 # qemu_argv INITRD CMDLINE: the qemu command line in the array QEMU_ARGV. TCG, because KVM
