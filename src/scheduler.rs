@@ -249,6 +249,15 @@ impl<'a> Scheduler<'a> {
 
         sched.realtime = !opts.no_realtime && set_realtime(true);
         sched.struct_ops = Some(scx_ops_attach!(sched.skel, bandwidth_ops)?);
+        // Attaching takes a while (every task is switched over); periods start now,
+        // so the first refills are not counted as late.
+        let now = Instant::now();
+        for g in &mut sched.groups {
+            if let Some(t) = &mut g.timer {
+                *t = PeriodTimer::new(t.period(), now);
+                g.refilled_at = Some(now);
+            }
+        }
         info!(
             "scx_bandwidth attached: {} configured group(s), slice {} us, cgroups' cpu.max {}",
             sched.groups.len(),
