@@ -319,6 +319,12 @@ mod tests {
         }
     }
 
+    fn render(after: &Metrics, before: &Metrics) -> String {
+        let mut out = Vec::new();
+        after.format(before, &mut out).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
     #[test]
     fn report_uses_deltas_and_sorts_by_throttling() {
         let before = Metrics {
@@ -332,9 +338,7 @@ mod tests {
             groups: vec![group("a", 1_300_000, 100_000, 20), group("b", 300_000, 700_000, 20)],
             ..Default::default()
         };
-        let mut out = Vec::new();
-        after.format(&before, &mut out).unwrap();
-        let text = String::from_utf8(out).unwrap();
+        let text = render(&after, &before);
         let lines: Vec<&str> = text.lines().collect();
         assert!(lines[2].starts_with("b "), "{text}");
         assert!(lines[2].contains(" 0.300 ") && lines[2].contains("100.0%") && lines[2].contains("700.0"), "{text}");
@@ -351,9 +355,7 @@ mod tests {
             groups: vec![group("new", 150_000, 0, 0), group("a", 800_000, 0, 0)],
             ..Default::default()
         };
-        let mut out = Vec::new();
-        after.format(&before, &mut out).unwrap();
-        let text = String::from_utf8(out).unwrap();
+        let text = render(&after, &before);
         assert!(text.lines().any(|l| l.starts_with("new ") && l.contains(" 0.150 ")), "{text}");
         assert!(text.lines().any(|l| l.starts_with("a ") && l.contains(" 0.300 ")), "{text}");
     }

@@ -489,20 +489,29 @@ fn agent_stall(ctx: &mut Ctx) -> Result<(), String> {
     Ok(())
 }
 
+/// Starts `threads` hogs in t/a (limit 0.2 CPU) for `seconds` and measures the second
+/// before `signal` is sent: the group must really be throttled then, or the scenario would
+/// not test what it claims to.
+fn throttled_hog(ctx: &mut Ctx, threads: u32, seconds: u64, signal: &str) -> Result<usize, String> {
+    let w = ctx.spawn(&hog("t/a", threads), seconds)?;
+    sleep(Duration::from_secs(1));
+    let pre = ctx.measure(&["t/a"], Duration::from_secs(1))?[0];
+    ctx.figure("pre_usage_cpus", format!("{pre:.3}"));
+    ctx.figure("limit_cpus", "0.200");
+    if pre > 0.2 * 1.5 {
+        ctx.fail(format!("group not throttled before {signal}: {pre:.3} CPUs for a 0.2-CPU limit"));
+    }
+    ctx.check_on_scx(w);
+    Ok(w)
+}
+
 /// The agent dies (SIGKILL) while its group is throttled and tasks are parked: the kernel
 /// detaches the scheduler when the agent's link goes away, and every task, parked ones
 /// included, goes on under the fair class: the hog finishes at its own time with status 0.
 fn sigkill_throttled(ctx: &mut Ctx) -> Result<(), String> {
     const HOG_S: u64 = 6;
     let t0 = Instant::now();
-    let w = ctx.spawn(&hog("t/a", 4), HOG_S)?;
-    sleep(Duration::from_secs(1));
-    let pre = ctx.measure(&["t/a"], Duration::from_secs(1))?[0];
-    ctx.figure("pre_usage_cpus", format!("{pre:.3}"));
-    if pre > 0.2 * 1.5 {
-        ctx.fail(format!("group not throttled before SIGKILL: {pre:.3} CPUs for a 0.2-CPU limit"));
-    }
-    ctx.check_on_scx(w);
+    let w = throttled_hog(ctx, 4, HOG_S, "SIGKILL")?;
     let pid = ctx.sched_pid().ok_or("no scheduler")?;
     crate::sched::signal(pid, libc::SIGKILL);
     let t = Instant::now();
@@ -531,19 +540,7 @@ fn sigkill_throttled(ctx: &mut Ctx) -> Result<(), String> {
 fn sigint_throttled(ctx: &mut Ctx) -> Result<(), String> {
     const HOG_S: u64 = 8;
     let t0 = Instant::now();
-    let w = ctx.spawn(&hog("t/a", 2), HOG_S)?;
-    // The second before the signal shows whether the group really is being throttled;
-    // without that the scenario would not test what it claims to.
-    sleep(Duration::from_secs(1));
-    let pre = ctx.measure(&["t/a"], Duration::from_secs(1))?[0];
-    ctx.figure("pre_usage_cpus", format!("{pre:.3}"));
-    ctx.figure("limit_cpus", "0.200");
-    if pre > 0.2 * 1.5 {
-        ctx.fail(format!(
-            "group not throttled before SIGINT: {pre:.3} CPUs for a 0.2-CPU limit"
-        ));
-    }
-    ctx.check_on_scx(w);
+    let w = throttled_hog(ctx, 2, HOG_S, "SIGINT")?;
     ctx.healthy()?;
     if let Err(e) = ctx.stop_sched() {
         ctx.fail(e);
