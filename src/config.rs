@@ -433,4 +433,73 @@ mod tests {
         assert!(load(&bin).unwrap_err().0.contains("bin.toml: not UTF-8 text"));
         std::fs::remove_dir_all(&dir).unwrap();
     }
+
+    /// Property test over the parser: thousands of mutations of a valid file (bytes
+    /// replaced, inserted, deleted, lines duplicated, numbers swapped for extreme
+    /// values) never panic; every rejection names the file; every acceptance obeys
+    /// the kernel's limits. Deterministic (fixed seed), bounded to a few ms.
+    #[test]
+    fn parser_survives_mutations() {
+        const SEED_TEXT: &str = "[[group]]\ncgroup = \"a/b\"\nquota_us = 50000\nperiod_us = 100000\nburst_us = 1000\n\n[[group]]\ncgroup = \"c\"\nquota_us = 2000\n";
+        const EXTREMES: [&str; 8] = [
+            "0", "-1", "999", "1000000", "1000001", "9223372036854775807", "18446744073709551615", "17592186044415",
+        ];
+        let mut x: u64 = 0x2545_F491_4F6C_DD1D;
+        let mut rnd = |n: usize| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % n as u64) as usize
+        };
+        let (mut ok, mut err) = (0, 0);
+        for _ in 0..20_000 {
+            let mut t: Vec<u8> = SEED_TEXT.as_bytes().to_vec();
+            for _ in 0..1 + rnd(4) {
+                let at = rnd(t.len().max(1));
+                match rnd(5) {
+                    0 => {
+                        let i = at.min(t.len() - 1);
+                        t[i] = b" =\"[]\n.-/0123456789azq"[rnd(21)];
+                    }
+                    1 => t.insert(at, b"\"[]=\n-9."[rnd(8)]),
+                    2 if t.len() > 1 => {
+                        t.remove(at.min(t.len() - 1));
+                    }
+                    3 => {
+                        let text = String::from_utf8_lossy(&t).into_owned();
+                        let lines: Vec<&str> = text.lines().collect();
+                        let l = lines[rnd(lines.len())].to_string();
+                        t.extend_from_slice(format!("\n{l}\n").as_bytes());
+                    }
+                    _ => {
+                        let text = String::from_utf8_lossy(&t).into_owned();
+                        let v = EXTREMES[rnd(EXTREMES.len())];
+                        let key = ["quota_us = ", "period_us = ", "burst_us = "][rnd(3)];
+                        if let Some(i) = text.find(key) {
+                            let end = text[i..].find('\n').map_or(text.len(), |e| i + e);
+                            t = format!("{}{key}{v}{}", &text[..i], &text[end..]).into_bytes();
+                        }
+                    }
+                }
+            }
+            let text = String::from_utf8_lossy(&t);
+            match parse(&text, "fuzz.toml") {
+                Ok(c) => {
+                    ok += 1;
+                    for g in &c.groups {
+                        assert!((MIN_PERIOD_US..=MAX_PERIOD_US).contains(&g.period_us), "{text}");
+                        assert!(g.quota_us >= MIN_QUOTA_US && g.burst_us <= g.quota_us, "{text}");
+                        assert!(g.quota_us + g.burst_us <= MAX_QUOTA_US, "{text}");
+                        assert!(!g.cgroup.is_empty() && !g.cgroup.split('/').any(|p| p == ".."), "{text}");
+                    }
+                }
+                Err(e) => {
+                    err += 1;
+                    assert!(e.0.starts_with("fuzz.toml"), "error without the file name: {e} for {text:?}");
+                }
+            }
+        }
+        // Both outcomes must be exercised, or the mutations are not reaching the checks.
+        assert!(ok > 100 && err > 100, "ok {ok} err {err}");
+    }
 }
