@@ -341,8 +341,7 @@ impl<'a> Scheduler<'a> {
                     // The configuration takes precedence over the cgroup's cpu.max.
                     if let Some(dyn_slot) = self.slot_of(cgid) {
                         info!("cgroup {rel}: the configured limit replaces its cpu.max");
-                        self.deactivate(dyn_slot)?;
-                        self.groups[dyn_slot].free = true;
+                        self.release(dyn_slot)?;
                     }
                     self.activate(slot, cgid, now)?;
                     let g = &self.groups[slot];
@@ -440,9 +439,7 @@ impl<'a> Scheduler<'a> {
         if ev.quota_us == u64::MAX {
             if let Some(s) = slot {
                 info!("cgroup {}: cpu.max is \"max\" now, no longer limited", self.groups[s].cfg.cgroup);
-                self.deactivate(s)?;
-                self.groups[s].free = true;
-                self.bump_cfg_gen();
+                self.release(s)?;
             }
             return Ok(());
         }
@@ -470,10 +467,8 @@ impl<'a> Scheduler<'a> {
             cfg.burst_us,
             if slot.is_some() { " (changed)" } else { "" }
         );
-        if s == self.groups.len() {
-            self.groups.push(Group::new(cfg, Origin::Cgroupfs { cgid }));
-        } else if slot.is_none() {
-            self.groups[s] = Group::new(cfg, Origin::Cgroupfs { cgid });
+        if slot.is_none() {
+            self.put_group(s, Group::new(cfg, Origin::Cgroupfs { cgid }));
         } else {
             let known = std::mem::take(&mut self.groups[s].cfg.cgroup);
             self.groups[s].cfg = GroupConfig { cgroup: known, ..cfg };
@@ -507,7 +502,23 @@ impl<'a> Scheduler<'a> {
         }
     }
 
-    /// A slot for a new cgroupfs-limited group: a freed one, or the next one.
+    /// Give `slot` back: stop enforcing it and let a new group take it.
+    fn release(&mut self, slot: usize) -> Result<()> {
+        self.deactivate(slot)?;
+        self.groups[slot].free = true;
+        Ok(())
+    }
+
+    /// Put `g` in slot `s` from [`Self::free_slot`]: a freed one, or a new one at the end.
+    fn put_group(&mut self, s: usize, g: Group) {
+        if s == self.groups.len() {
+            self.groups.push(g);
+        } else {
+            self.groups[s] = g;
+        }
+    }
+
+    /// A slot for a new group: a freed one, or the next one.
     fn free_slot(&self) -> Option<usize> {
         self.groups
             .iter()
@@ -520,9 +531,7 @@ impl<'a> Scheduler<'a> {
         if let Some(s) = self.slot_of(cgid) {
             if let Origin::Cgroupfs { .. } = self.groups[s].origin {
                 info!("cgroup {} (id {cgid}) removed", self.groups[s].cfg.cgroup);
-                self.deactivate(s)?;
-                self.groups[s].free = true;
-                self.bump_cfg_gen();
+                self.release(s)?;
             }
         }
         Ok(())
@@ -567,11 +576,8 @@ impl<'a> Scheduler<'a> {
                     changed += 1;
                 }
                 None => {
-                    if self.groups[s].timer.is_some() {
-                        self.deactivate(s)?;
-                    }
+                    self.release(s)?;
                     self.groups[s].watch = CgroupWatch::default();
-                    self.groups[s].free = true;
                     removed += 1;
                 }
             }
@@ -582,12 +588,7 @@ impl<'a> Scheduler<'a> {
                 continue;
             }
             let s = self.free_slot().expect("free slots were counted above");
-            let g = Group::new(n.clone(), Origin::Config);
-            if s == self.groups.len() {
-                self.groups.push(g);
-            } else {
-                self.groups[s] = g;
-            }
+            self.put_group(s, Group::new(n.clone(), Origin::Config));
             self.write_limits(s);
         }
         self.bump_cfg_gen();
