@@ -475,6 +475,27 @@ static __always_inline void kick_idle_cpus(void)
 }
 
 /*
+ * The group's CPUs stop being throttled: add the time each was throttled to
+ * throttled_time (cpu.stat semantics) and stop their clocks.
+ */
+static void bw_settle_throttle_clocks(struct bw_group *g, u32 slot)
+{
+	u64 now = bpf_ktime_get_ns();
+	s32 cpu;
+
+	bpf_for(cpu, 0, nr_cpu_ids) {
+		struct bw_cpu *c = bpf_map_lookup_percpu_elem(&bw_cpus, &slot, cpu);
+		u64 at;
+
+		if (!c || !(at = c->throttled_at))
+			continue;
+		c->throttled_at = 0;
+		if (now > at)
+			__sync_fetch_and_add(&g->throttled_time, now - at);
+	}
+}
+
+/*
  * Unthrottle, run by the agent right after it refilled a pool: settle each
  * CPU's throttle clock into throttled_time, clear the throttle and move the
  * parked tasks back to the shared queue, then wake idle CPUs to run them.
@@ -486,7 +507,6 @@ int bw_unthrottle(struct bw_unthrottle_args *args)
 	u32 slot = args->slot;
 	struct bw_group *g = bw_group(slot);
 	struct task_struct *p;
-	u64 now;
 
 	if (!g)
 		return -EINVAL;
@@ -496,19 +516,7 @@ int bw_unthrottle(struct bw_unthrottle_args *args)
 
 	/* Clear first: from here on new wakeups go to the shared queue. */
 	WRITE_ONCE(g->throttled, 0);
-
-	now = bpf_ktime_get_ns();
-	s32 cpu;
-	bpf_for(cpu, 0, nr_cpu_ids) {
-		struct bw_cpu *c = bpf_map_lookup_percpu_elem(&bw_cpus, &slot, cpu);
-		u64 at;
-
-		if (!c || !(at = c->throttled_at))
-			continue;
-		c->throttled_at = 0;
-		if (now > at)
-			__sync_fetch_and_add(&g->throttled_time, now - at);
-	}
+	bw_settle_throttle_clocks(g, slot);
 
 	/* Syscall programs iterate DSQs under RCU. */
 	bpf_rcu_read_lock();
@@ -615,8 +623,8 @@ static s32 bw_safety_start(void)
 }
 
 /*
- * From ops.dispatch: release the parked tasks of groups the safety net
- * refilled, as bw_unthrottle does for the agent.
+ * From ops.dispatch: unthrottle the groups the safety net refilled (throttle
+ * clocks settled, parked tasks released), as bw_unthrottle does for the agent.
  */
 static void bw_safety_release(void)
 {
@@ -635,6 +643,7 @@ static void bw_safety_release(void)
 		if (__sync_val_compare_and_swap(&g->safety_release, 1, 0) != 1)
 			continue;
 		WRITE_ONCE(g->throttled, 0);
+		bw_settle_throttle_clocks(g, slot);
 		bpf_for_each(scx_dsq, p, BW_PARK_DSQ_BASE + slot, 0) {
 			if (scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, BW_SHARED_DSQ, 0))
 				moved = true;

@@ -272,7 +272,6 @@ void BPF_STRUCT_OPS(bw_running, struct task_struct *p)
 void BPF_STRUCT_OPS(bw_tick, struct task_struct *p)
 {
 	struct task_ctx *tctx = task_ctx(p);
-
 	bool paid;
 
 	if (!tctx)
