@@ -568,7 +568,7 @@ fn sigint_throttled(ctx: &mut Ctx) -> Result<(), String> {
     Ok(())
 }
 
-/// Two threads burning 60 ms of CPU then sleeping 140 ms for 6 s: 0.6 CPU on average,
+/// Two threads burning 60 ms of CPU then sleeping 140 ms for 10 s: 0.6 CPU on average,
 /// 1.2 CPUs while both burn. Under a strict 1-CPU quota the peaks are throttled: the p99
 /// wall time of a burn exceeds 66 ms and the group shows throttled periods. With a 100 ms
 /// burst the unused quota of the quiet periods covers the peaks: no throttled period, no
@@ -592,7 +592,9 @@ fn bursty(ctx: &mut Ctx, burst: bool) -> Result<(), String> {
         pin: None,
     };
     let span = StatsSpan::start(ctx, "t/a")?;
-    let idx = ctx.spawn(&w, 6)?;
+    // 10 s: ~98 burns, so the nearest-rank p99 is the second slowest burn and one
+    // outlier alone (TCG) does not decide it.
+    let idx = ctx.spawn(&w, 10)?;
     ctx.check_on_scx(idx);
     let st = ctx.wait_workload(idx, Duration::from_secs(30))?;
     if st.code() != Some(0) {
@@ -604,8 +606,8 @@ fn bursty(ctx: &mut Ctx, burst: bool) -> Result<(), String> {
     ctx.figure("p99_ms", format!("{:.1}", d.p99_ms));
     ctx.figure("max_ms", format!("{:.1}", d.max_ms));
     ctx.figure("slowest", &d.slowest);
-    if d.burns < 40 {
-        ctx.fail(format!("only {} burns in 6 s", d.burns));
+    if d.burns < 70 {
+        ctx.fail(format!("only {} burns in 10 s", d.burns));
     }
     if burst && d.p99_ms > BURST_P99_MS {
         ctx.fail(format!("p99 burn {:.1} ms with a burst, above {BURST_P99_MS} ms", d.p99_ms));
