@@ -106,6 +106,10 @@ pub struct Metrics {
     pub event_lost: u64,
     #[stat(desc = "Refills the BPF safety net did while the agent was stalled")]
     pub safety_refills: u64,
+    #[stat(desc = "CPUs that went offline or came online while attached")]
+    pub hotplug: u64,
+    #[stat(desc = "Local runtime CPUs gave back to pools when going offline or coming online (µs)")]
+    pub hotplug_returned_usec: u64,
     #[stat(desc = "Period refills done by the agent")]
     pub refills: u64,
     #[stat(desc = "Slack distributions done by the agent")]
@@ -133,6 +137,8 @@ pub fn counters_into(m: &mut Metrics, counters: &[u64]) {
     m.slack_returned_usec = c(bpf_intf::bw_stat_idx_BW_STAT_SLACK) / 1000;
     m.event_lost = c(bpf_intf::bw_stat_idx_BW_STAT_EVENT_LOST);
     m.safety_refills = c(bpf_intf::bw_stat_idx_BW_STAT_SAFETY);
+    m.hotplug = c(bpf_intf::bw_stat_idx_BW_STAT_HOTPLUG);
+    m.hotplug_returned_usec = c(bpf_intf::bw_stat_idx_BW_STAT_HOTPLUG_NS) / 1000;
 }
 
 /// Upper bound (µs, exclusive) of throttle-wait bucket `b`: buckets 0..4 are 0..4 µs,
@@ -242,7 +248,7 @@ impl Metrics {
         writeln!(
             w,
             "enqueue={} direct={} dispatch={} kick={} park={} release={} pull={} throttle={} preempt={} \
-             slack_ms={:.1} refills={} slack_dist={} late_p99_us={}",
+             slack_ms={:.1} refills={} slack_dist={} hotplug={} late_p99_us={}",
             d(self.enqueue, prev.enqueue),
             d(self.direct, prev.direct),
             d(self.dispatch, prev.dispatch),
@@ -255,6 +261,7 @@ impl Metrics {
             d(self.slack_returned_usec, prev.slack_returned_usec) as f64 / 1e3,
             d(self.refills, prev.refills),
             d(self.slack_distributions, prev.slack_distributions),
+            d(self.hotplug, prev.hotplug),
             self.timer_late_p99_us,
         )?;
         Ok(())

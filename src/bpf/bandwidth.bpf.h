@@ -66,6 +66,37 @@ struct {
 	__type(value, u64);
 } bw_stats SEC(".maps");
 
+/*
+ * 1 on a CPU from ops.cpu_offline until ops.cpu_online. A kick queues irq_work
+ * on the CPU that asks for it; queued on a CPU that is going down (its last
+ * trip through idle still calls ops.update_idle), the work never runs, and
+ * the kernel waits for it forever when the scheduler is unloaded. Such a CPU
+ * does not kick: the other CPUs find the work on their own.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, u32);
+} cpu_going_down SEC(".maps");
+
+static __always_inline void bw_kick_cpu(s32 cpu, u64 flags)
+{
+	u32 zero = 0, *down = bpf_map_lookup_elem(&cpu_going_down, &zero);
+
+	if (down && *down)
+		return;
+	scx_bpf_kick_cpu(cpu, flags);
+}
+
+static void bw_set_going_down(s32 cpu, u32 down)
+{
+	u32 zero = 0, *d = bpf_map_lookup_percpu_elem(&cpu_going_down, &zero, cpu);
+
+	if (d)
+		WRITE_ONCE(*d, down);
+}
+
 struct task_ctx {
 	/* The chain below is valid while gen == bw_cfg_gen. */
 	u64 gen;
@@ -424,6 +455,24 @@ static __always_inline void bw_note_unparked(struct task_ctx *tctx)
 }
 
 /*
+ * @amount of runtime goes back to the pool of @g (in @slot). If the group is
+ * throttled and the pool now holds more than a slice, that is worth a
+ * distribution: tell the agent, once until it has acted (slack_pending).
+ */
+static void bw_give_back(struct bw_group *g, u32 slot, s64 amount)
+{
+	s64 pool = __sync_add_and_fetch(&g->runtime, amount);
+
+	if (!READ_ONCE(g->throttled) || pool <= (s64)bw_slice_ns)
+		return;
+	if (__sync_val_compare_and_swap(&g->slack_pending, 0, 1) != 0)
+		return;
+	/* Ring full: the agent's next refill releases the group. */
+	if (!bw_emit(BW_EV_SLACK, slot, g->cgid, 0, 0, 0))
+		WRITE_ONCE(g->slack_pending, 0);
+}
+
+/*
  * Slack return (fair.c: return_cfs_rq_runtime): this CPU stops running the
  * task's groups, so it keeps BW_MIN_LOCAL_NS of each group's local runtime
  * and gives the rest back to the pool, where other CPUs can use it in this
@@ -436,7 +485,7 @@ static void bw_return_slack(struct task_ctx *tctx)
 	bpf_for(i, 0, BW_MAX_CHAIN) {
 		struct bw_group *g;
 		struct bw_cpu *c;
-		s64 slack, pool;
+		s64 slack;
 		u32 slot;
 
 		if (i >= tctx->nr_chain)
@@ -450,18 +499,49 @@ static void bw_return_slack(struct task_ctx *tctx)
 		if (slack <= 0)
 			continue;
 		c->runtime -= slack;
-		pool = __sync_add_and_fetch(&g->runtime, slack);
 		__sync_fetch_and_add(&g->slack_returned, slack);
 		__sync_fetch_and_add(&g->nr_slack_returns, 1);
 		stat_add(BW_STAT_SLACK, slack);
+		bw_give_back(g, slot, slack);
+	}
+}
 
-		if (!READ_ONCE(g->throttled) || pool <= (s64)bw_slice_ns)
+/*
+ * @cpu goes offline or comes online: whatever local runtime it holds goes
+ * back to the pools (an offline CPU would strand it; one coming back may hold
+ * what a task charged after the offline callback), and a throttle clock it
+ * left running stops. A debt (negative local runtime) stays: the CPU pays it
+ * with its next pull. Runs on @cpu, but a tick may charge in between, hence
+ * the cmpxchg.
+ */
+static void bw_reclaim_cpu(s32 cpu)
+{
+	u64 now = bpf_ktime_get_ns();
+	u32 slot;
+
+	stat_inc(BW_STAT_HOTPLUG);
+	bpf_for(slot, 0, BW_MAX_GROUPS) {
+		struct bw_cpu *c = bpf_map_lookup_percpu_elem(&bw_cpus, &slot, cpu);
+		struct bw_group *g;
+		s64 rt;
+		u64 at;
+
+		if (!c)
+			break;
+		rt = READ_ONCE(c->runtime);
+		at = READ_ONCE(c->throttled_at);
+		if (rt <= 0 && !at)
 			continue;
-		if (__sync_val_compare_and_swap(&g->slack_pending, 0, 1) != 0)
+		g = bw_group(slot);
+		if (!g)
 			continue;
-		/* Ring full: the agent's next refill releases the group. */
-		if (!bw_emit(BW_EV_SLACK, slot, g->cgid, 0, 0, 0))
-			WRITE_ONCE(g->slack_pending, 0);
+		if (at && __sync_val_compare_and_swap(&c->throttled_at, at, 0) == at &&
+		    now > at)
+			__sync_fetch_and_add(&g->throttled_time, now - at);
+		if (rt > 0 && __sync_val_compare_and_swap(&c->runtime, rt, 0) == rt) {
+			stat_add(BW_STAT_HOTPLUG_NS, rt);
+			bw_give_back(g, slot, rt);
+		}
 	}
 }
 
@@ -470,7 +550,7 @@ static __always_inline void kick_idle_cpus(void)
 {
 	s32 cpu;
 	bpf_for(cpu, 0, nr_cpu_ids)
-		scx_bpf_kick_cpu(cpu, SCX_KICK_IDLE);
+		bw_kick_cpu(cpu, SCX_KICK_IDLE);
 	stat_inc(BW_STAT_KICK);
 }
 
@@ -599,7 +679,7 @@ static int bw_safety_tick(void *map, int *key, struct safety_timer *st)
 
 		__sync_fetch_and_add(&bw_safety_pending, 1);
 		bpf_for(cpu, 0, nr_cpu_ids)
-			scx_bpf_kick_cpu(cpu, 0);
+			bw_kick_cpu(cpu, 0);
 	}
 	bpf_timer_start(&st->timer, BW_SAFETY_TICK_NS, 0);
 	return 0;

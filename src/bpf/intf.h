@@ -182,6 +182,8 @@ enum bw_stat_idx {
 	BW_STAT_SLACK,		/* ns of local runtime returned to pools */
 	BW_STAT_EVENT_LOST,	/* events the ring had no room for */
 	BW_STAT_SAFETY,		/* refills done by the BPF safety net */
+	BW_STAT_HOTPLUG,	/* CPUs that went offline or came online */
+	BW_STAT_HOTPLUG_NS,	/* ns of local runtime such CPUs gave back to pools */
 	BW_NR_STATS,
 };
 

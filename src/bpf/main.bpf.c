@@ -122,7 +122,7 @@ void BPF_STRUCT_OPS(bw_enqueue, struct task_struct *p, u64 enq_flags)
 	__sync_fetch_and_add(&idle_seq, 1);
 	cpu = scx_bpf_pick_idle_cpu(p->cpus_ptr, 0);
 	if (cpu >= 0) {
-		scx_bpf_kick_cpu(cpu, SCX_KICK_IDLE);
+		bw_kick_cpu(cpu, SCX_KICK_IDLE);
 		stat_inc(BW_STAT_KICK);
 	}
 }
@@ -229,7 +229,7 @@ void BPF_STRUCT_OPS(bw_update_idle, s32 cpu, bool idle)
 	__sync_fetch_and_add(&idle_seq, 1);
 	bpf_for_each(scx_dsq, p, BW_SHARED_DSQ, 0) {
 		if (bpf_cpumask_test_cpu(cpu, p->cpus_ptr)) {
-			scx_bpf_kick_cpu(cpu, SCX_KICK_IDLE);
+			bw_kick_cpu(cpu, SCX_KICK_IDLE);
 			stat_inc(BW_STAT_KICK);
 			break;
 		}
@@ -259,7 +259,7 @@ void BPF_STRUCT_OPS(bw_running, struct task_struct *p)
 	 */
 	if (tctx->nr_chain && !(p->flags & PF_EXITING) && bw_blocked_slot(tctx) >= 0) {
 		p->scx.slice = 0;
-		scx_bpf_kick_cpu(scx_bpf_task_cpu(p), SCX_KICK_PREEMPT);
+		bw_kick_cpu(scx_bpf_task_cpu(p), SCX_KICK_PREEMPT);
 		stat_inc(BW_STAT_PREEMPT);
 		return;
 	}
@@ -368,6 +368,24 @@ void BPF_STRUCT_OPS(bw_cgroup_exit, struct cgroup *cgrp)
 		bw_emit(BW_EV_EXIT, *slot, cgid, 0, 0, 0);
 }
 
+/*
+ * CPU hotplug. Implementing these keeps the scheduler attached across hotplug
+ * (without them the kernel unloads it). Tasks on a CPU going away are moved by
+ * the kernel; its local runtime goes back to the pools here, and it stops
+ * kicking (see cpu_going_down).
+ */
+void BPF_STRUCT_OPS(bw_cpu_online, s32 cpu)
+{
+	bw_reclaim_cpu(cpu);
+	bw_set_going_down(cpu, 0);
+}
+
+void BPF_STRUCT_OPS(bw_cpu_offline, s32 cpu)
+{
+	bw_set_going_down(cpu, 1);
+	bw_reclaim_cpu(cpu);
+}
+
 s32 BPF_STRUCT_OPS_SLEEPABLE(bw_init)
 {
 	s32 ret;
@@ -441,6 +459,8 @@ SCX_OPS_DEFINE(bandwidth_ops,
 	       .cgroup_exit		= (void *)bw_cgroup_exit,
 	       .cgroup_move		= (void *)bw_cgroup_move,
 	       .cgroup_set_bandwidth	= (void *)bw_cgroup_set_bandwidth,
+	       .cpu_online		= (void *)bw_cpu_online,
+	       .cpu_offline		= (void *)bw_cpu_offline,
 	       .init			= (void *)bw_init,
 	       .exit			= (void *)bw_exit,
 	       .dump			= (void *)bw_dump,
