@@ -92,7 +92,9 @@ pub struct PeriodTimer {
 }
 
 impl PeriodTimer {
-    /// First expiry one period after `start`.
+    /// First expiry one period after `start`. Each group keeps its own phase, as
+    /// the kernel's period timers do: refills of many groups on one grid would
+    /// release all their parked tasks at the same instant.
     pub fn new(period: Duration, start: Instant) -> Self {
         Self { period, next: start + period }
     }

@@ -12,7 +12,8 @@
 //! above sched_ext, so it is never queued behind the tasks it limits; BPF also
 //! exempts the agent's thread group from charging and parking.
 
-use std::collections::{HashSet, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashSet, VecDeque};
 use std::mem::MaybeUninit;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
@@ -37,6 +38,9 @@ use crate::stats::{self, GroupMetrics, Metrics};
 
 /// How often configured cgroup paths are checked for appearing/vanishing.
 const CGROUP_POLL: Duration = Duration::from_millis(200);
+/// A poll walks the configured paths only when cgroups were created or removed
+/// since the last walk (bw_cgroup_seq), and at least this often (renames).
+const CGROUP_WALK_MAX: Duration = Duration::from_secs(5);
 /// How much later than due a cgroup poll may run to share a wakeup with a timer.
 const POLL_SLACK: Duration = Duration::from_millis(50);
 
@@ -65,8 +69,11 @@ pub struct Group {
     /// A cgroupfs slot given back (its cgroup left or became unlimited), reusable.
     free: bool,
     watch: CgroupWatch,
-    /// Running while the cgroup exists.
+    /// Present while the cgroup exists and is enforced.
     timer: Option<PeriodTimer>,
+    /// The timer is stopped: a period passed without use and the pool is full
+    /// (bw_group.idle set). The first pull from the pool wakes it (BW_EV_WAKE).
+    idle: bool,
     /// When to distribute slack that came back while the group was throttled.
     slack_at: Option<Instant>,
     /// Periods elapsed / periods that ended throttled (cpu.stat definitions).
@@ -103,6 +110,7 @@ impl Group {
             free: false,
             watch: CgroupWatch::default(),
             timer: None,
+            idle: false,
             slack_at: None,
             nr_periods: 0,
             nr_throttled: 0,
@@ -173,6 +181,14 @@ impl Drop for EventReader {
     }
 }
 
+/// One entry of [`Scheduler::due`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Due {
+    at: Instant,
+    slot: usize,
+    slack: bool,
+}
+
 pub struct Scheduler<'a> {
     skel: BpfSkel<'a>,
     struct_ops: Option<libbpf_rs::Link>,
@@ -187,6 +203,13 @@ pub struct Scheduler<'a> {
     slack_distributions: u64,
     /// Lateness (µs) of the last refills, for timer_late_p99_us.
     lateness: VecDeque<u64>,
+    /// Deadlines of period and slack timers, earliest first. An entry is stale
+    /// (skipped) when its group's timer no longer has that deadline: re-arming
+    /// pushes a new entry instead of searching for the old one, so a wakeup
+    /// costs O(log groups) per expiry, not a scan of every group.
+    due: BinaryHeap<Reverse<Due>>,
+    /// bw_cgroup_seq at the last walk of configured paths, and when that was.
+    walked: Option<(u64, Instant)>,
     stats: Option<StatsLink>,
     events: Option<EventReader>,
     /// The configuration file, re-read on SIGHUP.
@@ -233,6 +256,8 @@ impl<'a> Scheduler<'a> {
             refills: 0,
             slack_distributions: 0,
             lateness: VecDeque::with_capacity(LATENESS_SAMPLES),
+            due: BinaryHeap::new(),
+            walked: None,
             stats: None,
             events: None,
             config_path: opts.config.clone(),
@@ -257,6 +282,10 @@ impl<'a> Scheduler<'a> {
                 *t = PeriodTimer::new(t.period(), now);
                 g.refilled_at = Some(now);
             }
+        }
+        sched.due.clear();
+        for slot in 0..sched.groups.len() {
+            sched.arm(slot);
         }
         info!(
             "scx_bandwidth attached: {} configured group(s), slice {} us, cgroups' cpu.max {}",
@@ -319,6 +348,13 @@ impl<'a> Scheduler<'a> {
     /// Check every configured path; (re)apply limits to cgroups that appeared
     /// or were re-created, release slots of removed ones.
     fn poll_cgroups(&mut self, now: Instant) -> Result<()> {
+        let bss = self.bss();
+        // SAFETY: naturally aligned u64 in the mmapped .bss; BPF adds to it atomically.
+        let seq = unsafe { AtomicU64::from_ptr(&raw mut bss.bw_cgroup_seq) }.load(Ordering::Acquire);
+        if matches!(self.walked, Some((s, at)) if s == seq && now.duration_since(at) < CGROUP_WALK_MAX) {
+            return Ok(());
+        }
+        self.walked = Some((seq, now));
         let mut changed = false;
         for slot in 0..self.groups.len() {
             if self.groups[slot].origin != Origin::Config || self.groups[slot].free {
@@ -401,9 +437,58 @@ impl<'a> Scheduler<'a> {
         g.usage_at_refill = usage;
         g.refilled_at = Some(now);
         g.timer = Some(PeriodTimer::new(Duration::from_micros(g.cfg.period_us), now));
+        g.idle = false;
         g.slack_at = None;
+        self.arm(slot);
         self.stamp_refill(slot);
         Ok(())
+    }
+
+    /// bw_group.idle of `slot`, shared with BPF, as an atomic.
+    fn idle_flag(&mut self, slot: usize) -> &AtomicU32 {
+        let g = &mut self.bss().bw_groups[slot];
+        // SAFETY: aligned u32 in the mmapped .bss; BPF clears it with a CAS.
+        unsafe { AtomicU32::from_ptr(&raw mut g.idle) }
+    }
+
+    /// Stop the period timer of `slot`, which used nothing in the period that just
+    /// ended and whose pool is full (`cap`), as the kernel deactivates an idle
+    /// group's timer: an idle group costs the agent nothing until it runs again.
+    fn go_idle(&mut self, slot: usize, cap: i64) {
+        self.idle_flag(slot).store(1, Ordering::SeqCst);
+        // A CPU that pulled before the flag was visible did not wake us: stay active.
+        if self.pool(slot).load(Ordering::SeqCst) != cap
+            && self.idle_flag(slot).compare_exchange(1, 0, Ordering::SeqCst, Ordering::SeqCst).is_ok()
+        {
+            return;
+        }
+        // Otherwise idle, or a CPU already cleared the flag and a wake event follows.
+        self.groups[slot].idle = true;
+    }
+
+    /// A CPU pulled from the pool of idle `slot` (BW_EV_WAKE, or seen by the poll):
+    /// restart its period timer. BPF restarted the safety net's clock; take it over.
+    fn wake(&mut self, slot: usize, now: Instant) {
+        let Some(g) = self.groups.get_mut(slot) else { return };
+        if g.free || g.timer.is_none() || !g.idle {
+            return;
+        }
+        g.idle = false;
+        g.timer = Some(PeriodTimer::new(Duration::from_micros(g.cfg.period_us), now));
+        g.refilled_at = Some(now);
+        self.arm(slot);
+        let usage = self.bss().bw_groups[slot].usage;
+        self.groups[slot].usage_at_refill = usage;
+        self.stamp_refill(slot);
+    }
+
+    /// Wakes the ring could not carry (it was full): idle groups whose flag a CPU cleared.
+    fn wake_missed(&mut self, now: Instant) {
+        for slot in 0..self.groups.len() {
+            if self.groups[slot].idle && self.idle_flag(slot).load(Ordering::Acquire) == 0 {
+                self.wake(slot, now);
+            }
+        }
     }
 
     /// Stop enforcing `slot` (its cgroup is gone or no longer limited). Tasks'
@@ -415,6 +500,7 @@ impl<'a> Scheduler<'a> {
         }
         self.bss().bw_groups[slot].cgid = 0;
         self.groups[slot].timer = None;
+        self.groups[slot].idle = false;
         self.groups[slot].slack_at = None;
         self.bump_cfg_gen();
         self.reset_slot(slot)
@@ -603,6 +689,7 @@ impl<'a> Scheduler<'a> {
             bpf_intf::bw_event_kind_BW_EV_SLACK => self.on_slack(ev.slot as usize, now),
             bpf_intf::bw_event_kind_BW_EV_LIMIT => self.on_cgroupfs_limit(&ev, now)?,
             bpf_intf::bw_event_kind_BW_EV_EXIT => self.on_cgroup_exit(ev.cgid)?,
+            bpf_intf::bw_event_kind_BW_EV_WAKE => self.wake(ev.slot as usize, now),
             k => warn!("unknown event kind {k} from BPF"),
         }
         Ok(())
@@ -647,6 +734,7 @@ impl<'a> Scheduler<'a> {
         if throttled != 0 {
             g.nr_throttled += overrun;
         }
+        let unused = usage == g.usage_at_refill;
         g.close_period(left, refilled, usage, overrun, Instant::now());
         // The refill distributes whatever slack was waiting.
         g.slack_at = None;
@@ -656,6 +744,8 @@ impl<'a> Scheduler<'a> {
         self.clear_slack_pending(slot);
         if release {
             self.unthrottle(slot)?;
+        } else if unused && refilled == pools::refill(0, q, b) {
+            self.go_idle(slot, refilled);
         }
         Ok(())
     }
@@ -671,7 +761,10 @@ impl<'a> Scheduler<'a> {
         let Some(g) = self.groups.get_mut(slot) else { return };
         match g.timer.as_ref().and_then(|t| pools::slack_due(now, t.deadline())) {
             Some(at) => {
-                g.slack_at.get_or_insert(at);
+                if g.slack_at.is_none() {
+                    g.slack_at = Some(at);
+                    self.due.push(Reverse(Due { at, slot, slack: true }));
+                }
             }
             None => self.clear_slack_pending(slot),
         }
@@ -710,22 +803,14 @@ impl<'a> Scheduler<'a> {
 
         while !shutdown.load(Ordering::Relaxed) && !self.exited() {
             let now = Instant::now();
-            for slot in 0..self.groups.len() {
-                let g = &mut self.groups[slot];
-                let expired = g.timer.as_mut().and_then(|t| t.expire(now).map(|n| (n, t.lateness(now, n))));
-                if let Some((overrun, late)) = expired {
-                    self.note_lateness(late);
-                    self.refill(slot, overrun)?;
-                } else if matches!(g.slack_at, Some(at) if now >= at) {
-                    self.distribute_slack(slot)?;
-                }
-            }
+            self.run_timers(now)?;
             // The cgroup poll is a stat() per configured group: done at once. The stats
             // report is housekeeping (see below).
             if reload.swap(false, Ordering::Relaxed) {
                 self.reload(now)?;
             }
             if now >= next_poll {
+                self.wake_missed(now);
                 self.poll_cgroups(now)?;
                 next_poll = now + CGROUP_POLL;
             }
@@ -745,15 +830,7 @@ impl<'a> Scheduler<'a> {
             // along with a timer due up to POLL_SLACK after it, so the agent wakes
             // less often; it still bounds the sleep, so a scheduler exit is noticed
             // within CGROUP_POLL + POLL_SLACK.
-            let mut wake = next_stats.unwrap_or(next_poll + CGROUP_POLL);
-            for g in &self.groups {
-                if let Some(t) = &g.timer {
-                    wake = wake.min(t.deadline());
-                }
-                if let Some(at) = g.slack_at {
-                    wake = wake.min(at);
-                }
-            }
+            let mut wake = next_stats.unwrap_or(next_poll + CGROUP_POLL).min(self.next_due(now));
             if wake > next_poll + POLL_SLACK {
                 wake = next_poll;
             }
@@ -786,6 +863,44 @@ impl<'a> Scheduler<'a> {
         uei_report!(&self.skel, uei)
     }
 
+    /// Queue the period timer of `slot` (after it was started or it expired).
+    fn arm(&mut self, slot: usize) {
+        let g = &self.groups[slot];
+        if let Some(t) = g.timer.as_ref().filter(|_| !g.idle && !g.free) {
+            self.due.push(Reverse(Due { at: t.deadline(), slot, slack: false }));
+        }
+    }
+
+    /// Expire the period and slack timers due at `now`.
+    fn run_timers(&mut self, now: Instant) -> Result<()> {
+        while let Some(&Reverse(d)) = self.due.peek() {
+            if d.at > now {
+                break;
+            }
+            self.due.pop();
+            let Some(g) = self.groups.get_mut(d.slot) else { continue };
+            if d.slack {
+                if g.slack_at == Some(d.at) {
+                    self.distribute_slack(d.slot)?;
+                }
+                continue;
+            }
+            let live = !g.idle && !g.free && g.timer.as_ref().is_some_and(|t| t.deadline() == d.at);
+            let expired = g.timer.as_mut().filter(|_| live).and_then(|t| t.expire(now).map(|n| (n, t.lateness(now, n))));
+            if let Some((overrun, late)) = expired {
+                self.note_lateness(late);
+                self.refill(d.slot, overrun)?;
+                self.arm(d.slot);
+            }
+        }
+        Ok(())
+    }
+
+    /// When the next timer is due (a stale entry only makes the agent wake early once).
+    fn next_due(&self, now: Instant) -> Instant {
+        self.due.peek().map_or(now + CGROUP_WALK_MAX, |Reverse(d)| d.at)
+    }
+
     /// Run `f` at normal priority: formatting and serving statistics is not
     /// time-critical, so it never preempts the tasks we limit (the agent is
     /// SCHED_FIFO for its timers and the cgroup poll).
@@ -807,6 +922,7 @@ impl<'a> Scheduler<'a> {
         stats::counters_into(&mut m, &read_counters(&self.skel.maps.bw_stats));
         m.refills = self.refills;
         m.active_groups = self.groups.iter().filter(|g| !g.free && g.timer.is_some()).count() as u64;
+        m.idle_groups = self.groups.iter().filter(|g| !g.free && g.timer.is_some() && g.idle).count() as u64;
         m.slack_distributions = self.slack_distributions;
         let mut late: Vec<u64> = self.lateness.iter().copied().collect();
         late.sort_unstable();

@@ -41,7 +41,7 @@ pub struct GroupMetrics {
     pub burst_us: u64,
     #[stat(desc = "CPU time used by the group and its descendants (µs, cumulative)")]
     pub usage_usec: u64,
-    #[stat(desc = "Periods elapsed while the cgroup existed (cpu.stat)")]
+    #[stat(desc = "Periods elapsed while the group was active: its timer stops after a period without use, as the kernel's does (cpu.stat)")]
     pub nr_periods: u64,
     #[stat(desc = "Periods that ended with the group throttled (cpu.stat)")]
     pub nr_throttled: u64,
@@ -118,6 +118,8 @@ pub struct Metrics {
     pub timer_late_p99_us: u64,
     #[stat(desc = "Limited cgroups enforced now (slots mapped to a cgroup)")]
     pub active_groups: u64,
+    #[stat(desc = "Of those, groups whose period timer is stopped: idle for a period with a full pool (cpu.stat's nr_periods does not advance)")]
+    pub idle_groups: u64,
     #[stat(desc = "Per limited group")]
     pub groups: Vec<GroupMetrics>,
 }
@@ -177,6 +179,9 @@ fn delta(now: u64, before: u64) -> u64 {
     now.checked_sub(before).unwrap_or(now)
 }
 
+/// Rows of the table: the most throttled groups; the rest are counted on one line.
+const TABLE_ROWS: usize = 30;
+
 /// Width of the table's cgroup column; longer paths keep their tail.
 const CGROUP_COL: usize = 28;
 
@@ -187,12 +192,21 @@ impl Metrics {
         let secs = (self.at_us.saturating_sub(prev.at_us) as f64 / 1e6).max(1e-9);
         let before: BTreeMap<&str, &GroupMetrics> = prev.groups.iter().map(|g| (g.cgroup.as_str(), g)).collect();
         let empty = GroupMetrics::default();
-        let mut rows: Vec<(u64, String)> = Vec::new();
-        for g in &self.groups {
-            let p = before.get(g.cgroup.as_str()).copied().unwrap_or(&empty);
+        // Most throttled first; only the rows shown are formatted (there may be thousands).
+        let mut order: Vec<(u64, &GroupMetrics, &GroupMetrics)> = self
+            .groups
+            .iter()
+            .map(|g| {
+                let p = before.get(g.cgroup.as_str()).copied().unwrap_or(&empty);
+                (delta(g.throttled_usec, p.throttled_usec), g, p)
+            })
+            .collect();
+        order.sort_by(|a, b| b.0.cmp(&a.0));
+        let hidden = order.len().saturating_sub(TABLE_ROWS);
+        let mut rows: Vec<String> = Vec::new();
+        for &(throttled_us, g, p) in order.iter().take(TABLE_ROWS) {
             let cpus = delta(g.usage_usec, p.usage_usec) as f64 / 1e6 / secs;
             let limit = g.quota_us as f64 / g.period_us.max(1) as f64;
-            let throttled_us = delta(g.throttled_usec, p.throttled_usec);
             let hist: Vec<u64> =
                 g.wait_hist.iter().enumerate().map(|(i, n)| delta(*n, *p.wait_hist.get(i).unwrap_or(&0))).collect();
             let wait = |q| match hist_percentile(&hist, q) {
@@ -218,9 +232,8 @@ impl Metrics {
                 if g.wait_max_us == 0 { "-".to_string() } else { format!("{:.1}", g.wait_max_us as f64 / 1e3) },
                 if g.state == "enforced" { "" } else { "  (absent)" },
             );
-            rows.push((throttled_us, row));
+            rows.push(row);
         }
-        rows.sort_by(|a, b| b.0.cmp(&a.0));
 
         writeln!(w, "--- scx_bandwidth {secs:.1}s ---")?;
         writeln!(
@@ -241,8 +254,11 @@ impl Metrics {
             "wait99",
             "waitmax",
         )?;
-        for (_, r) in rows {
+        for r in rows {
             writeln!(w, "{r}")?;
+        }
+        if hidden > 0 {
+            writeln!(w, "… {hidden} more group(s), less throttled; every group is in the JSON of the stats socket")?;
         }
         let d = |a: u64, b: u64| delta(a, b);
         writeln!(
@@ -351,6 +367,24 @@ mod tests {
         assert!(lines[2].contains(" 0.300 ") && lines[2].contains("100.0%") && lines[2].contains("700.0"), "{text}");
         assert!(lines[3].starts_with("a ") && lines[3].contains("100.0"), "{text}");
         assert!(text.contains("enqueue=5"), "{text}");
+    }
+
+    #[test]
+    fn table_keeps_the_most_throttled_rows() {
+        let n = TABLE_ROWS + 5;
+        let before = Metrics { at_us: 0, groups: (0..n).map(|i| group(&format!("g{i}"), 0, 0, 0)).collect(), ..Default::default() };
+        // g{i} was throttled i ms: the 5 least throttled (g0..g4) are left out.
+        let after = Metrics {
+            at_us: 1_000_000,
+            groups: (0..n).map(|i| group(&format!("g{i}"), 0, i as u64 * 1000, 1)).collect(),
+            ..Default::default()
+        };
+        let text = render(&after, &before);
+        let rows: Vec<&str> = text.lines().filter(|l| l.starts_with('g')).collect();
+        assert_eq!(rows.len(), TABLE_ROWS, "{text}");
+        assert!(rows[0].starts_with(&format!("g{} ", n - 1)), "{text}");
+        assert!(!rows.iter().any(|r| r.starts_with("g4 ")), "{text}");
+        assert!(text.contains("… 5 more group(s)"), "{text}");
     }
 
     #[test]

@@ -41,6 +41,11 @@ const volatile bool bw_slack_return = true;
 struct bw_group bw_groups[BW_MAX_GROUPS];
 /* Bumped by the agent whenever cgid_slot changes; invalidates task chains. */
 volatile u64 bw_cfg_gen = 1;
+/*
+ * Bumped on every cgroup creation and removal: the agent looks for its
+ * configured cgroups' paths only when this moved (or every few seconds).
+ */
+volatile u64 bw_cgroup_seq;
 
 /* cgroup id -> slot in bw_groups, for limited cgroups only. */
 struct {
@@ -247,7 +252,21 @@ static __always_inline void bw_refresh_chain(struct task_struct *p, struct task_
  * Assign: top the CPU's local runtime up to one slice from the pool. Returns
  * true when local runtime is positive afterwards.
  */
-static bool bw_assign(struct bw_group *g, struct bw_cpu *c)
+/*
+ * A CPU pulled from the pool of an idle group: its period timer is stopped.
+ * Restart the safety net's clock (the last refill may be long ago) and ask the
+ * agent to restart the timer. If the ring is full, the agent's next cgroup
+ * poll sees idle cleared and restarts it then.
+ */
+static void bw_wake(struct bw_group *g, u32 slot)
+{
+	if (__sync_val_compare_and_swap(&g->idle, 1, 0) != 1)
+		return;
+	WRITE_ONCE(g->refilled_at, bpf_ktime_get_ns());
+	bw_emit(BW_EV_WAKE, slot, g->cgid, 0, 0, 0);
+}
+
+static bool bw_assign(struct bw_group *g, struct bw_cpu *c, u32 slot)
 {
 	s32 attempt;
 	bpf_for(attempt, 0, 8) {
@@ -263,6 +282,8 @@ static bool bw_assign(struct bw_group *g, struct bw_cpu *c)
 		c->runtime += take;
 		__sync_fetch_and_add(&g->pulled, take);
 		stat_inc(BW_STAT_PULL);
+		if (READ_ONCE(g->idle))
+			bw_wake(g, slot);
 		return c->runtime > 0;
 	}
 	return false;
@@ -316,7 +337,7 @@ static bool bw_account(struct task_ctx *tctx, u64 delta)
 		c->runtime -= delta;
 		if (c->runtime > 0)
 			continue;
-		if (!bw_assign(g, c)) {
+		if (!bw_assign(g, c, slot)) {
 			bw_throttle(g, c);
 			ok = false;
 		}
@@ -344,7 +365,7 @@ static s32 bw_blocked_slot(struct task_ctx *tctx)
 		c = bw_cpu_local(slot);
 		if (!g || !c)
 			continue;
-		if (c->runtime > 0 || bw_assign(g, c))
+		if (c->runtime > 0 || bw_assign(g, c, slot))
 			continue;
 		bw_throttle(g, c);
 		return slot;
@@ -642,7 +663,9 @@ static bool bw_safety_refill(struct bw_group *g, u64 now)
 	u64 at = READ_ONCE(g->refilled_at), period = g->period;
 	s32 attempt;
 
-	if (!g->cgid || !period || !at || now < at + BW_SAFETY_PERIODS * period)
+	/* An idle group's pool is full and its timer stopped on purpose. */
+	if (!g->cgid || !period || !at || READ_ONCE(g->idle) ||
+	    now < at + BW_SAFETY_PERIODS * period)
 		return false;
 	if (__sync_val_compare_and_swap(&g->refilled_at, at, now) != at)
 		return false;
@@ -749,6 +772,7 @@ int bw_reset_slot(struct bw_reset_args *args)
 	WRITE_ONCE(g->throttled, 0);
 	WRITE_ONCE(g->slack_pending, 0);
 	WRITE_ONCE(g->safety_release, 0);
+	WRITE_ONCE(g->idle, 0);
 	s32 cpu;
 	bpf_for(cpu, 0, nr_cpu_ids) {
 		struct bw_cpu *c = bpf_map_lookup_percpu_elem(&bw_cpus, &slot, cpu);

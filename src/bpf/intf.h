@@ -89,7 +89,13 @@ struct bw_group {
 	u32 slack_pending;
 	/* Set by the safety net: a dispatch must release this group's parked tasks. */
 	u32 safety_release;
-	u32 pad;
+	/*
+	 * Set by the agent when it stopped the group's period timer (the group
+	 * used nothing for a whole period and its pool is full, as the kernel's
+	 * period timer deactivates); the first CPU that pulls from the pool
+	 * clears it and sends BW_EV_WAKE.
+	 */
+	u32 idle;
 	/*
 	 * CLOCK_MONOTONIC ns of the last refill, by the agent or the safety net;
 	 * 0 until the agent first filled the pool.
@@ -153,6 +159,8 @@ enum bw_event_kind {
 	BW_EV_LIMIT		= 2,
 	/* cgid, which has a slot, is being destroyed. */
 	BW_EV_EXIT		= 3,
+	/* A CPU pulled from the pool of slot, whose period timer was stopped (idle). */
+	BW_EV_WAKE		= 4,
 };
 
 /*

@@ -341,6 +341,7 @@ s32 BPF_STRUCT_OPS(bw_cgroup_init, struct cgroup *cgrp, struct scx_cgroup_init_a
 {
 	u64 quota = (u64)-1, period = 0, burst = 0;
 
+	__sync_fetch_and_add(&bw_cgroup_seq, 1);
 	if (bpf_core_field_exists(args->bw_quota_us)) {
 		quota = args->bw_quota_us;
 		period = args->bw_period_us;
@@ -364,6 +365,7 @@ void BPF_STRUCT_OPS(bw_cgroup_exit, struct cgroup *cgrp)
 	u64 cgid = cgrp->kn->id;
 	u32 *slot = bpf_map_lookup_elem(&cgid_slot, &cgid);
 
+	__sync_fetch_and_add(&bw_cgroup_seq, 1);
 	if (slot)
 		bw_emit(BW_EV_EXIT, *slot, cgid, 0, 0, 0);
 }
