@@ -210,6 +210,8 @@ pub struct Scheduler<'a> {
     due: BinaryHeap<Reverse<Due>>,
     /// bw_cgroup_seq at the last walk of configured paths, and when that was.
     walked: Option<(u64, Instant)>,
+    /// BW_STAT_DEEP as last reported.
+    deep_seen: u64,
     stats: Option<StatsLink>,
     events: Option<EventReader>,
     /// The configuration file, re-read on SIGHUP.
@@ -258,6 +260,7 @@ impl<'a> Scheduler<'a> {
             lateness: VecDeque::with_capacity(LATENESS_SAMPLES),
             due: BinaryHeap::new(),
             walked: None,
+            deep_seen: 0,
             stats: None,
             events: None,
             config_path: opts.config.clone(),
@@ -480,6 +483,22 @@ impl<'a> Scheduler<'a> {
         let usage = self.bss().bw_groups[slot].usage;
         self.groups[slot].usage_at_refill = usage;
         self.stamp_refill(slot);
+    }
+
+    /// Say so (as an error) when BPF had to cut task chains at BW_MAX_CHAIN limited
+    /// groups: cpu.max written deeper than that is not enforced for those tasks.
+    fn report_deep_chains(&mut self) {
+        let deep = read_counter(&self.skel.maps.bw_stats, bpf_intf::bw_stat_idx_BW_STAT_DEEP);
+        if deep > self.deep_seen {
+            error!(
+                "{} task placement(s) found more than {} limited cgroups on their path; the limits \
+                 below the {}th outermost are not enforced for them (stat deep_chains)",
+                deep - self.deep_seen,
+                config::MAX_CHAIN,
+                config::MAX_CHAIN
+            );
+            self.deep_seen = deep;
+        }
     }
 
     /// Wakes the ring could not carry (it was full): idle groups whose flag a CPU cleared.
@@ -811,6 +830,7 @@ impl<'a> Scheduler<'a> {
             }
             if now >= next_poll {
                 self.wake_missed(now);
+                self.report_deep_chains();
                 self.poll_cgroups(now)?;
                 next_poll = now + CGROUP_POLL;
             }
@@ -1050,19 +1070,16 @@ fn run_syscall<T>(prog: &libbpf_rs::ProgramMut, args: &mut T) -> Result<()> {
 
 /// Sum the per-CPU global counters.
 fn read_counters(map: &libbpf_rs::Map) -> Vec<u64> {
-    (0..bpf_intf::bw_stat_idx_BW_NR_STATS)
-        .map(|idx| {
-            map.lookup_percpu(&idx.to_ne_bytes(), MapFlags::ANY)
-                .ok()
-                .flatten()
-                .map(|cpus| {
-                    cpus.iter()
-                        .map(|v| u64::from_ne_bytes(v[..8].try_into().unwrap()))
-                        .sum()
-                })
-                .unwrap_or(0)
-        })
-        .collect()
+    (0..bpf_intf::bw_stat_idx_BW_NR_STATS).map(|idx| read_counter(map, idx)).collect()
+}
+
+/// One global counter (enum bw_stat_idx), summed over CPUs.
+fn read_counter(map: &libbpf_rs::Map, idx: u32) -> u64 {
+    map.lookup_percpu(&idx.to_ne_bytes(), MapFlags::ANY)
+        .ok()
+        .flatten()
+        .map(|cpus| cpus.iter().map(|v| u64::from_ne_bytes(v[..8].try_into().unwrap())).sum())
+        .unwrap_or(0)
 }
 
 /// Put the agent thread in SCHED_FIFO (`on`) so its period timer never waits behind

@@ -228,9 +228,14 @@ static void bw_resolve_chain(struct task_struct *p, struct task_ctx *tctx)
 		if (!slot)
 			continue;
 		if (n >= BW_MAX_CHAIN) {
-			/* The agent refuses deeper limited nesting; can't happen. */
-			scx_bpf_error("cgroup %llu: more than %d limited ancestors",
-				      id, BW_MAX_CHAIN);
+			/*
+			 * The agent refuses deeper nesting in its config, but
+			 * cpu.max can be written at any depth (also in a
+			 * delegated subtree). Keep the outermost limits, the
+			 * ones closest to the machine's owner, and count it:
+			 * the agent reports it as an error.
+			 */
+			stat_inc(BW_STAT_DEEP);
 			break;
 		}
 		tctx->chain[n & (BW_MAX_CHAIN - 1)] = *slot;

@@ -192,6 +192,7 @@ enum bw_stat_idx {
 	BW_STAT_SAFETY,		/* refills done by the BPF safety net */
 	BW_STAT_HOTPLUG,	/* CPUs that went offline or came online */
 	BW_STAT_HOTPLUG_NS,	/* ns of local runtime such CPUs gave back to pools */
+	BW_STAT_DEEP,		/* chains cut at BW_MAX_CHAIN limited groups */
 	BW_NR_STATS,
 };
 

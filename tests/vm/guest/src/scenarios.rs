@@ -392,6 +392,16 @@ pub fn all() -> Vec<Scenario> {
             under_quota,
         ),
         Scenario {
+            name: "deep_cpu_max",
+            about: "cpu.max on 17 nested cgroups (one more than a chain holds): the scheduler stays, the 16 outermost limits are enforced (±5%), the cut is an error in the log and a stat",
+            needs_sched: true,
+            limits: vec![],
+            // Only the top: the body creates the 17 levels (t/c01/../c17); the runner
+            // removes the tree afterwards.
+            cgroups: vec!["t/c01"],
+            body: Body::Custom(deep_cpu_max),
+        },
+        Scenario {
             name: "cpu_max",
             about: "no config: cpu.max set before attach and written while running is enforced (±2%), \"max\" frees, cpu.max.burst lets a paused group burst",
             needs_sched: true,
@@ -1102,6 +1112,47 @@ fn slack(ctx: &mut Ctx) -> Result<(), String> {
 /// (4) cpu.max.burst lets a group that paused use more than its quota in a period: with
 /// quota 35 ms + burst 20 ms the first period after a pause uses ~55 ms (plus what CPUs
 /// still hold locally, ≤ 5 ms each); without the burst it could not pass 35 + 10 ms.
+/// cpu.max can be written at any depth (a delegated subtree needs no root), so a path can
+/// hold more limited cgroups than a task's chain (16). Then the outermost 16 are enforced,
+/// and the agent logs an error and counts it; before, BPF called scx_bpf_error and the
+/// whole scheduler was unloaded. Levels 1-15: 1.5 CPUs, level 16: 0.3, level 17 (the one
+/// cut off): 0.1. A hog at level 17 must get 0.3 ±5 %.
+fn deep_cpu_max(ctx: &mut Ctx) -> Result<(), String> {
+    const LEVELS: usize = 17;
+    let paths: Vec<&'static str> = (1..=LEVELS).map(|l| leak(format!("t{}", (1..=l).map(|i| format!("/c{i:02}")).collect::<String>()))).collect();
+    crate::cgroup::create_tree(&[paths[LEVELS - 1]])?;
+    for (i, p) in paths.iter().enumerate() {
+        let quota = match i + 1 {
+            16 => 30_000,
+            17 => 10_000,
+            _ => 150_000,
+        };
+        crate::cgroup::write_cpu_max(p, quota, 100_000)?;
+    }
+    let w = ctx.spawn(&hog(paths[LEVELS - 1], 1), 60)?;
+    ctx.check_on_scx(w);
+    sleep(crate::runner::WARMUP);
+    let used = ctx.measure(&[paths[LEVELS - 1]], crate::runner::WINDOW)?[0];
+    ctx.figure("usage_cpus", format!("{used:.3}"));
+    ctx.figure("ratio_to_level16", format!("{:.3}", used / 0.3));
+    if (used / 0.3 - 1.0).abs() > 0.05 {
+        ctx.fail(format!("17 nested cpu.max: {used:.3} CPUs, expected level 16's 0.3 ±5 %"));
+    }
+    ctx.healthy()?;
+    let deep = crate::stats::num(&crate::stats::fetch()?, "deep_chains")?;
+    ctx.figure("deep_chains", deep);
+    if deep < 1.0 {
+        ctx.fail("no deep_chains counted");
+    }
+    let logged = ctx.sched_output().contains("limited cgroups on their path");
+    ctx.figure("error_logged", logged);
+    if !logged {
+        ctx.fail("the cut chain was not reported in the scheduler's log");
+    }
+    ctx.kill_works(w);
+    Ok(())
+}
+
 fn cpu_max(ctx: &mut Ctx) -> Result<(), String> {
     // (1) Limit in place before attach.
     ctx.stop_sched()?;
