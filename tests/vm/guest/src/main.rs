@@ -17,13 +17,14 @@ use std::process::ExitCode;
 const USAGE: &str = "\
 usage: scxbw-guest hog --threads N --seconds S [--cgroup REL] [--pin CPU]
        scxbw-guest duty --threads N --burn-ms X --sleep-ms Y --seconds S [--cgroup REL] [--pin CPU]
-       scxbw-guest scenarios [--sched PATH] [--only NAME,NAME] [--list] [--cfs]
+       scxbw-guest scenarios [--sched PATH] [--only NAME,NAME] [--list] [--cfs] [--bench]
 
   --cgroup REL   path relative to /sys/fs/cgroup, joined before any thread starts
   --sched PATH   scheduler binary (default /bin/scx_bandwidth), run as
                  PATH --config FILE --stats 1
   --cfs          no scheduler: apply the limits through cpu.max (kernel CFS bandwidth
-                 control), for comparison; scenarios that need the scheduler are skipped";
+                 control), for comparison; scenarios that need the scheduler are skipped
+  --bench        the benchmark set (tests/bench/run) instead of the acceptance scenarios";
 
 /// Why a command failed: bad arguments (exit 2, with usage) or a runtime error (exit 1).
 enum Fail {
@@ -32,8 +33,8 @@ enum Fail {
 }
 
 fn scenarios(argv: &[String]) -> Result<bool, Fail> {
-    let p = args::parse(argv, &["sched", "only"], &["list", "cfs"]).map_err(Fail::Usage)?;
-    let all = scenarios::all();
+    let p = args::parse(argv, &["sched", "only"], &["list", "cfs", "bench"]).map_err(Fail::Usage)?;
+    let all = if p.switch("bench") { scenarios::bench() } else { scenarios::all() };
     if p.switch("list") {
         for s in &all {
             let note = if s.needs_sched {

@@ -214,6 +214,28 @@ fn custom(
     }
 }
 
+/// The benchmark set (`scenarios --bench`, driven by tests/bench/run): the same
+/// workloads under the kernel's CFS (--cfs) and under scx_bandwidth, for a side-by-side
+/// table. Tolerances are wide: these report figures, they do not gate.
+pub fn bench() -> Vec<Scenario> {
+    let mut v = Vec::new();
+    for (period_ms, p) in [(10, "10ms"), (100, "100ms"), (1000, "1s")] {
+        for (threads, cpus) in [(1u32, 0.1), (2, 0.5), (4, 1.5), (8, 1.9)] {
+            let period_us = period_ms * 1000;
+            let quota_us = (cpus * period_us as f64).round() as u64;
+            v.push(single_limit(
+                leak(format!("acc_{p}_{threads}t_{cpus}")),
+                leak(format!("{threads} hog thread(s) at {cpus} CPU, period {p}: usage/limit")),
+                lim("t/a", quota_us, period_us),
+                threads,
+                1.0,
+            ));
+        }
+    }
+    v.extend(all().into_iter().filter(|s| ["nested", "burst_latency", "burst_latency_strict", "scale"].contains(&s.name)));
+    v
+}
+
 pub fn all() -> Vec<Scenario> {
     use Check::*;
     vec![

@@ -1,0 +1,74 @@
+#!/usr/bin/env python3
+"""Markdown table of a benchmark run: the kernel's CFS column beside scx_bandwidth's.
+
+Reads the SCENARIO lines of two tests/vm/run logs (the last verdict of each scenario counts,
+as a scenario interrupted by an emulator crash is run again after a reboot)."""
+import re
+import sys
+
+
+def results(path):
+    out = {}
+    for line in open(path, encoding="utf-8", errors="replace"):
+        m = re.match(r"^SCENARIO (\S+) (PASS|FAIL|SKIP)(.*)$", line.rstrip("\n"))
+        if m:
+            figs = dict(kv.split("=", 1) for kv in m.group(3).split() if "=" in kv and not kv.startswith("reason="))
+            out[m.group(1)] = figs
+    return out
+
+
+def num(figs, key):
+    try:
+        return float(figs[key])
+    except (KeyError, ValueError, TypeError):
+        return None
+
+
+def fmt(x, spec="{:.3f}"):
+    return "–" if x is None else spec.format(x)
+
+
+def main():
+    cfs, scx = results(sys.argv[1]), results(sys.argv[2])
+    print("### Enforcement accuracy (usage / limit over a 4 s window after 1 s warm-up)\n")
+    print("| workload | kernel CFS | scx_bandwidth | error CFS | error scx | scx error ≤ CFS |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    rows = []
+    for name in sorted(set(cfs) | set(scx)):
+        if not name.startswith("acc_"):
+            continue
+        _, period, threads, cpus = name.split("_")
+        a, b = num(cfs.get(name, {}), "ratio"), num(scx.get(name, {}), "ratio")
+        ea = None if a is None else abs(a - 1)
+        eb = None if b is None else abs(b - 1)
+        ok = "–" if ea is None or eb is None else ("yes" if eb <= ea + 0.0005 else "**no**")
+        rows.append((period, f"{threads[:-1]} hog(s), {cpus} CPU, period {period}", a, b, ea, eb, ok))
+    order = {"10ms": 0, "100ms": 1, "1s": 2}
+    for r in sorted(rows, key=lambda r: (order.get(r[0], 9), r[1])):
+        print(f"| {r[1]} | {fmt(r[2])} | {fmt(r[3])} | {fmt(r[4])} | {fmt(r[5])} | {r[6]} |")
+    n = cfs.get("nested", {}), scx.get("nested", {})
+    for key, label in [("p.ratio", "nested: parent 1.2 CPU"), ("p.x.ratio", "nested: child 0.5 CPU")]:
+        a, b = num(n[0], key), num(n[1], key)
+        ea = None if a is None else abs(a - 1)
+        eb = None if b is None else abs(b - 1)
+        ok = "–" if ea is None or eb is None else ("yes" if eb <= ea + 0.0005 else "**no**")
+        print(f"| {label} | {fmt(a)} | {fmt(b)} | {fmt(ea)} | {fmt(eb)} | {ok} |")
+
+    print("\n### Burst: wall time of a 60 ms burn, 2 threads every 200 ms, quota 100 ms/100 ms (ms)\n")
+    print("| burst | CFS p50 | CFS p99 | CFS max | scx p50 | scx p99 | scx max | scx p99 ÷ CFS p99 |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for name, label in [("burst_latency", "100 ms"), ("burst_latency_strict", "0")]:
+        a, b = cfs.get(name, {}), scx.get(name, {})
+        pa, pb = num(a, "p99_ms"), num(b, "p99_ms")
+        ratio = None if pa is None or pb is None else pb / pa
+        print(f"| {label} | {fmt(num(a, 'p50_ms'), '{:.1f}')} | {fmt(pa, '{:.1f}')} | {fmt(num(a, 'max_ms'), '{:.1f}')} "
+              f"| {fmt(num(b, 'p50_ms'), '{:.1f}')} | {fmt(pb, '{:.1f}')} | {fmt(num(b, 'max_ms'), '{:.1f}')} | {fmt(ratio)} |")
+
+    s = scx.get("scale", {})
+    print("\n### Agent cost (scx_bandwidth only)\n")
+    print("| limited groups | idle groups | agent CPU ms per s (with --stats 1) |")
+    print("| --- | --- | --- |")
+    print(f"| {s.get('active_groups', '–')} | {s.get('idle_groups', '–')} | {s.get('agent_ms_per_s', '–')} |")
+
+
+main()
