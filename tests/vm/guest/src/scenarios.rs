@@ -1046,8 +1046,10 @@ fn under_quota(ctx: &mut Ctx) -> Result<(), String> {
 /// cgroupfs over the window within 1 %); the cgroupfs window itself cuts two periods in
 /// the middle, where this workload's use is uneven (2 CPUs, then none, or 1 CPU
 /// throughout), so it gets ±3 %. With slack return on, CPUs gave runtime back (never
-/// below the 1 ms floor: at most slice - 1 ms per return), with it off none; A never
-/// gets less with it on.
+/// below the 1 ms floor: at most slice - 1 ms per return), with it off none; A does not
+/// get less with it on, beyond the noise of two separate 12 s runs (A's share varied
+/// 0.638-0.665 between runs in either mode; the difference was -0.021..+0.015 over 12 runs),
+/// so the bound is 4 %.
 ///
 /// A does not get measurably more either: local runtime does not expire (in the kernel
 /// since 5.4 either), so what B's CPU keeps while B sleeps is spent by B when it wakes,
@@ -1122,7 +1124,7 @@ fn slack(ctx: &mut Ctx) -> Result<(), String> {
         }
     }
     ctx.figure("a_gain", format!("{:.3}", a_cpus[0] - a_cpus[1]));
-    if a_cpus[0] < a_cpus[1] * 0.98 {
+    if a_cpus[0] < a_cpus[1] * 0.96 {
         ctx.fail(format!("A got {:.3} CPUs with slack return, {:.3} without", a_cpus[0], a_cpus[1]));
     }
     Ok(())
