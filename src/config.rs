@@ -102,11 +102,26 @@ struct RawGroup {
     burst_us: Option<i64>,
 }
 
+/// Largest configuration file read: a full one (4096 groups with long paths) is well
+/// under 1 MiB; anything bigger is a mistake (or /dev/zero), not a configuration.
+pub const MAX_CONFIG_BYTES: u64 = 4 << 20;
+
 /// Read and validate a configuration file.
 pub fn load(path: &Path) -> Result<Config, ConfigError> {
     let file = path.display();
-    check_owner_only(path)?;
-    let bytes = std::fs::read(path).map_err(|e| ConfigError(format!("{file}: cannot read: {e}")))?;
+    let real = check_owner_only(path)?;
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(
+        &mut std::io::Read::take(
+            std::fs::File::open(&real).map_err(|e| ConfigError(format!("{file}: cannot read: {e}")))?,
+            MAX_CONFIG_BYTES + 1,
+        ),
+        &mut bytes,
+    )
+    .map_err(|e| ConfigError(format!("{file}: cannot read: {e}")))?;
+    if bytes.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(ConfigError(format!("{file}: larger than {} MiB; not a configuration file", MAX_CONFIG_BYTES >> 20)));
+    }
     let text = String::from_utf8(bytes)
         .map_err(|e| ConfigError(format!("{file}: not UTF-8 text (byte {})", e.utf8_error().valid_up_to())))?;
     parse(&text, &file.to_string())
@@ -114,11 +129,19 @@ pub fn load(path: &Path) -> Result<Config, ConfigError> {
 
 /// The configuration sets every group's CPU limit and the daemon runs as root:
 /// refuse a file that someone other than its owner (root or the user running
-/// us) could change, directly or by replacing it in its directory.
-fn check_owner_only(path: &Path) -> Result<(), ConfigError> {
+/// us) could change, directly or by replacing it in its directory. A symlink is
+/// followed (Kubernetes mounts ConfigMaps that way) and the file it leads to is
+/// what is checked, in its own directory. Returns that file's path.
+fn check_owner_only(path: &Path) -> Result<std::path::PathBuf, ConfigError> {
     use std::os::unix::fs::MetadataExt;
     let file = path.display();
-    let meta = std::fs::metadata(path).map_err(|e| ConfigError(format!("{file}: cannot read: {e}")))?;
+    let real = std::fs::canonicalize(path).map_err(|e| ConfigError(format!("{file}: cannot read: {e}")))?;
+    let shown = if real == path { file.to_string() } else { format!("{file} (-> {})", real.display()) };
+    let file = shown;
+    let meta = std::fs::metadata(&real).map_err(|e| ConfigError(format!("{file}: cannot read: {e}")))?;
+    if !meta.is_file() {
+        return Err(ConfigError(format!("{file}: not a regular file")));
+    }
     let mode = meta.mode() & 0o7777;
     if mode & 0o022 != 0 {
         return Err(ConfigError(format!(
@@ -133,7 +156,7 @@ fn check_owner_only(path: &Path) -> Result<(), ConfigError> {
             meta.uid()
         )));
     }
-    if let Some(dir) = path.parent().map(|d| if d.as_os_str().is_empty() { Path::new(".") } else { d }) {
+    if let Some(dir) = real.parent() {
         if let Ok(d) = std::fs::metadata(dir) {
             let dmode = d.mode() & 0o7777;
             // Sticky directories (/tmp) let only the owner replace the file.
@@ -145,7 +168,7 @@ fn check_owner_only(path: &Path) -> Result<(), ConfigError> {
             }
         }
     }
-    Ok(())
+    Ok(real)
 }
 
 /// Parse and validate configuration text; `origin` names it in errors.

@@ -62,6 +62,64 @@ fn missing_config_exits_2() {
 }
 
 #[test]
+fn overflowing_values_exit_2() {
+    // Beyond i64 (TOML's integers) and beyond what fits in ns: both named, neither wraps.
+    for (name, text, want) in [
+        ("u64max.toml", "[[group]]\ncgroup = \"a\"\nquota_us = 18446744073709551615\n", "u64max.toml:3"),
+        ("i64max.toml", "[[group]]\ncgroup = \"a\"\nquota_us = 9223372036854775807\n", "quota_us = 9223372036854775807: out of range"),
+        ("burstmax.toml", "[[group]]\ncgroup = \"a\"\nquota_us = 5000\nburst_us = 9223372036854775807\n", "burst_us = 9223372036854775807"),
+    ] {
+        let p = config(name, text.as_bytes());
+        let (code, err) = run(&["--config", p.to_str().unwrap()]);
+        assert_eq!(code, 2, "{name}: {err}");
+        assert!(err.contains(want), "{name}: expected {want:?} in {err:?}");
+    }
+}
+
+#[test]
+fn huge_and_special_files_exit_2() {
+    // Bigger than any configuration: refused without reading it all.
+    let mut big = b"[[group]]\ncgroup = \"a\"\nquota_us = 5000\n".to_vec();
+    big.resize(5 << 20, b'#');
+    let p = config("huge.toml", &big);
+    let (code, err) = run(&["--config", p.to_str().unwrap()]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("huge.toml: larger than 4 MiB"), "{err}");
+    // Not a file: a directory, and a device that never ends.
+    for path in [std::env::temp_dir().to_str().unwrap(), "/dev/zero"] {
+        let (code, err) = run(&["--config", path]);
+        assert_eq!(code, 2, "{path}: {err}");
+        assert!(err.contains("not a regular file"), "{path}: {err}");
+    }
+}
+
+#[test]
+fn symlinked_config_is_checked_where_it_leads() {
+    use std::os::unix::fs::PermissionsExt;
+    // A symlink to a good file works (ConfigMaps are mounted that way) ...
+    let good = config("target.toml", b"[[group]]\ncgroup = \"a\"\nquota_us = 5000\nperiod_us = 2000000\n");
+    let link = good.with_file_name("link.toml");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(&good, &link).unwrap();
+    let (code, err) = run(&["--config", link.to_str().unwrap()]);
+    // (its content is refused on purpose, so the run stops before attaching)
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("link.toml: group 1 (cgroup \"a\"): period_us = 2000000: out of range"), "{err}");
+    // ... and the file it leads to is the one whose permissions count; both are named.
+    std::fs::set_permissions(&good, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let (code, err) = run(&["--config", link.to_str().unwrap()]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("link.toml (->") && err.contains("target.toml): writable by group or others"), "{err}");
+    // A dangling link names the link.
+    let dangling = good.with_file_name("dangling.toml");
+    let _ = std::fs::remove_file(&dangling);
+    std::os::unix::fs::symlink("/nonexistent/x.toml", &dangling).unwrap();
+    let (code, err) = run(&["--config", dangling.to_str().unwrap()]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("dangling.toml: cannot read"), "{err}");
+}
+
+#[test]
 fn bad_cli_values_exit_2() {
     for (args, want) in [
         (&["--slice-us", "0"][..], "out of range"),
