@@ -136,8 +136,7 @@ fn check_owner_only(path: &Path) -> Result<std::path::PathBuf, ConfigError> {
     use std::os::unix::fs::MetadataExt;
     let file = path.display();
     let real = std::fs::canonicalize(path).map_err(|e| ConfigError(format!("{file}: cannot read: {e}")))?;
-    let shown = if real == path { file.to_string() } else { format!("{file} (-> {})", real.display()) };
-    let file = shown;
+    let file = if real == path { file.to_string() } else { format!("{file} (-> {})", real.display()) };
     let meta = std::fs::metadata(&real).map_err(|e| ConfigError(format!("{file}: cannot read: {e}")))?;
     if !meta.is_file() {
         return Err(ConfigError(format!("{file}: not a regular file")));

@@ -348,8 +348,9 @@ impl<'a> Scheduler<'a> {
         g.burst = cfg.burst_us * NSEC_PER_USEC;
     }
 
-    /// Check every configured path; (re)apply limits to cgroups that appeared
-    /// or were re-created, release slots of removed ones.
+    /// Check every configured path (when cgroups were created or removed since the
+    /// last walk, or CGROUP_WALK_MAX after it); (re)apply limits to cgroups that
+    /// appeared or were re-created, release slots of removed ones.
     fn poll_cgroups(&mut self, now: Instant) -> Result<()> {
         let bss = self.bss();
         // SAFETY: naturally aligned u64 in the mmapped .bss; BPF adds to it atomically.
@@ -437,14 +438,21 @@ impl<'a> Scheduler<'a> {
             .with_context(|| format!("mapping cgroup {}", self.groups[slot].cfg.cgroup))?;
         let g = &mut self.groups[slot];
         g.snap = full;
+        g.slack_at = None;
+        self.start_period(slot, usage, now);
+        Ok(())
+    }
+
+    /// A period of `slot` starts `now` (activation, or a wake from idle), with
+    /// bw_group.usage at `usage`: start and queue its timer, stamp the refill clock.
+    fn start_period(&mut self, slot: usize, usage: u64, now: Instant) {
+        let g = &mut self.groups[slot];
         g.usage_at_refill = usage;
         g.refilled_at = Some(now);
         g.timer = Some(PeriodTimer::new(Duration::from_micros(g.cfg.period_us), now));
         g.idle = false;
-        g.slack_at = None;
         self.arm(slot);
         self.stamp_refill(slot);
-        Ok(())
     }
 
     /// bw_group.idle of `slot`, shared with BPF, as an atomic.
@@ -476,13 +484,8 @@ impl<'a> Scheduler<'a> {
         if g.free || g.timer.is_none() || !g.idle {
             return;
         }
-        g.idle = false;
-        g.timer = Some(PeriodTimer::new(Duration::from_micros(g.cfg.period_us), now));
-        g.refilled_at = Some(now);
-        self.arm(slot);
         let usage = self.bss().bw_groups[slot].usage;
-        self.groups[slot].usage_at_refill = usage;
-        self.stamp_refill(slot);
+        self.start_period(slot, usage, now);
     }
 
     /// Say so (as an error) when BPF had to cut task chains at BW_MAX_CHAIN limited
@@ -823,8 +826,8 @@ impl<'a> Scheduler<'a> {
         while !shutdown.load(Ordering::Relaxed) && !self.exited() {
             let now = Instant::now();
             self.run_timers(now)?;
-            // The cgroup poll is a stat() per configured group: done at once. The stats
-            // report is housekeeping (see below).
+            // The cgroup poll (a stat() per configured group when cgroups changed) is
+            // done at once. The stats report is housekeeping (see below).
             if reload.swap(false, Ordering::Relaxed) {
                 self.reload(now)?;
             }
@@ -846,7 +849,7 @@ impl<'a> Scheduler<'a> {
                 })?;
             }
 
-            // Every deadline is in this list. The cgroup poll is not exact: it rides
+            // Every deadline is in the heap. The cgroup poll is not exact: it rides
             // along with a timer due up to POLL_SLACK after it, so the agent wakes
             // less often; it still bounds the sleep, so a scheduler exit is noticed
             // within CGROUP_POLL + POLL_SLACK.

@@ -254,10 +254,6 @@ static __always_inline void bw_refresh_chain(struct task_struct *p, struct task_
 }
 
 /*
- * Assign: top the CPU's local runtime up to one slice from the pool. Returns
- * true when local runtime is positive afterwards.
- */
-/*
  * A CPU pulled from the pool of an idle group: its period timer is stopped.
  * Restart the safety net's clock (the last refill may be long ago) and ask the
  * agent to restart the timer. If the ring is full, the agent's next cgroup
@@ -271,6 +267,10 @@ static void bw_wake(struct bw_group *g, u32 slot)
 	bw_emit(BW_EV_WAKE, slot, g->cgid, 0, 0, 0);
 }
 
+/*
+ * Assign: top the CPU's local runtime up to one slice from the pool. Returns
+ * true when local runtime is positive afterwards.
+ */
 static bool bw_assign(struct bw_group *g, struct bw_cpu *c, u32 slot)
 {
 	s32 attempt;
@@ -533,6 +533,18 @@ static void bw_return_slack(struct task_ctx *tctx)
 }
 
 /*
+ * Stop one CPU's throttle clock of @g, adding the time it ran to
+ * throttled_time. The CAS makes the time count once when two paths settle it.
+ */
+static void bw_stop_clock(struct bw_group *g, struct bw_cpu *c, u64 now)
+{
+	u64 at = READ_ONCE(c->throttled_at);
+
+	if (at && __sync_val_compare_and_swap(&c->throttled_at, at, 0) == at && now > at)
+		__sync_fetch_and_add(&g->throttled_time, now - at);
+}
+
+/*
  * @cpu goes offline or comes online: whatever local runtime it holds goes
  * back to the pools (an offline CPU would strand it; one coming back may hold
  * what a task charged after the offline callback), and a throttle clock it
@@ -561,9 +573,7 @@ static void bw_reclaim_cpu(s32 cpu)
 		g = bw_group(slot);
 		if (!g)
 			continue;
-		if (at && __sync_val_compare_and_swap(&c->throttled_at, at, 0) == at &&
-		    now > at)
-			__sync_fetch_and_add(&g->throttled_time, now - at);
+		bw_stop_clock(g, c, now);
 		if (rt > 0 && __sync_val_compare_and_swap(&c->runtime, rt, 0) == rt) {
 			stat_add(BW_STAT_HOTPLUG_NS, rt);
 			bw_give_back(g, slot, rt);
@@ -591,13 +601,9 @@ static void bw_settle_throttle_clocks(struct bw_group *g, u32 slot)
 
 	bpf_for(cpu, 0, nr_cpu_ids) {
 		struct bw_cpu *c = bpf_map_lookup_percpu_elem(&bw_cpus, &slot, cpu);
-		u64 at;
 
-		if (!c || !(at = c->throttled_at))
-			continue;
-		c->throttled_at = 0;
-		if (now > at)
-			__sync_fetch_and_add(&g->throttled_time, now - at);
+		if (c)
+			bw_stop_clock(g, c, now);
 	}
 }
 
