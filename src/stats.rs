@@ -112,6 +112,8 @@ pub struct Metrics {
     pub hotplug_returned_usec: u64,
     #[stat(desc = "Task chains cut because more than 16 limited groups were on the path: limits below the 16th outermost were not enforced for those tasks")]
     pub deep_chains: u64,
+    #[stat(desc = "cgroups created when 65,536 were already tracked for cpu.weight: their tasks share by nice level alone")]
+    pub unweighted_cgroups: u64,
     #[stat(desc = "Period refills done by the agent")]
     pub refills: u64,
     #[stat(desc = "Slack distributions done by the agent")]
@@ -144,6 +146,7 @@ pub fn counters_into(m: &mut Metrics, counters: &[u64]) {
     m.hotplug = c(bpf_intf::bw_stat_idx_BW_STAT_HOTPLUG);
     m.hotplug_returned_usec = c(bpf_intf::bw_stat_idx_BW_STAT_HOTPLUG_NS) / 1000;
     m.deep_chains = c(bpf_intf::bw_stat_idx_BW_STAT_DEEP);
+    m.unweighted_cgroups = c(bpf_intf::bw_stat_idx_BW_STAT_UNWEIGHTED);
 }
 
 /// Upper bound (µs, exclusive) of throttle-wait bucket `b`: buckets 0..4 are 0..4 µs,

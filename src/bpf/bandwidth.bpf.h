@@ -112,6 +112,15 @@ struct task_ctx {
 	u32 parked_slot;
 	u32 nr_chain;
 	u32 chain[BW_MAX_CHAIN];
+	/* Id of the task's cgroup (cpu controller), resolved with the chain. */
+	u64 cgid;
+	/*
+	 * cpu.weight (weight.bpf.h): the cgroup whose active weight counts
+	 * this task (0 = not counted: sleeping or parked) and the weight it
+	 * counted with, so that exactly that is taken out again.
+	 */
+	u64 act_cgid;
+	u32 act_weight;
 };
 
 struct {
@@ -195,19 +204,18 @@ static void bw_resolve_chain(struct task_struct *p, struct task_ctx *tctx)
 	u32 n = 0;
 	int level;
 
-	if (p->tgid == agent_tgid) {
-		tctx->nr_chain = 0;
-		tctx->gen = gen;
-		return;
-	}
-
 	cgrp = scx_bpf_task_cgroup(p);
 	if (!cgrp) {
+		tctx->cgid = 0;
 		tctx->nr_chain = 0;
 		tctx->gen = gen;
 		return;
 	}
+	tctx->cgid = cgrp->kn->id;
 	level = cgrp->level;
+	/* The agent is never limited (but its weight counts in its cgroup). */
+	if (p->tgid == agent_tgid)
+		level = 0;
 
 	/* The root cgroup (level 0) cannot be limited. */
 	s32 i;

@@ -31,6 +31,10 @@ enum bw_consts {
 	BW_MAX_CHAIN		= 16,
 	/* Deepest cgroup level walked when resolving a task's chain. */
 	BW_MAX_LEVEL		= 64,
+	/* cgroups (with the cpu controller) whose cpu.weight is tracked. */
+	BW_MAX_CGROUPS		= 65536,
+	/* A task's share of the machine is a fixed-point fraction of this. */
+	BW_SHARE_ONE		= 1 << 20,
 
 	/* The one vtime-ordered queue every runnable, unthrottled task waits in. */
 	BW_SHARED_DSQ		= 0,
@@ -59,6 +63,7 @@ enum bw_consts {
 	 */
 	BW_SAFETY_PERIODS	= 3,
 	BW_SAFETY_TICK_NS	= 50 * 1000 * 1000,
+
 };
 
 /*
@@ -193,6 +198,7 @@ enum bw_stat_idx {
 	BW_STAT_HOTPLUG,	/* CPUs that went offline or came online */
 	BW_STAT_HOTPLUG_NS,	/* ns of local runtime such CPUs gave back to pools */
 	BW_STAT_DEEP,		/* chains cut at BW_MAX_CHAIN limited groups */
+	BW_STAT_UNWEIGHTED,	/* cgroups created with no room left to track cpu.weight */
 	BW_NR_STATS,
 };
 

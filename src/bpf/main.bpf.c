@@ -7,9 +7,10 @@
  * part:
  *
  *  - wakeups go straight to an idle CPU when there is one (select_cpu);
- *  - otherwise tasks wait in one shared queue ordered by weighted virtual
- *    time, so nice levels (p->scx.weight) set the CPU share between runnable
- *    tasks; a task that slept gets at most one slice of credit;
+ *  - otherwise tasks wait in one shared queue ordered by virtual time, which
+ *    advances by the time a task ran divided by its share of the machine:
+ *    cpu.weight between cgroups, nice levels within one (weight.bpf.h); a
+ *    task that slept gets at most one slice of credit;
  *  - any CPU that needs work takes the first task of the shared queue it may
  *    run (work-conserving).
  *
@@ -21,6 +22,7 @@
  */
 #include <scx/common.bpf.h>
 #include "bandwidth.bpf.h"
+#include "weight.bpf.h"
 
 char _license[] SEC("license") = "GPL";
 
@@ -40,8 +42,8 @@ static __always_inline bool vtime_before(u64 a, u64 b)
 }
 
 /*
- * Charge the CPU time used since the last charge: to the task's vtime, scaled
- * by its weight, and to its limited groups. Returns false when a group
+ * Charge the CPU time used since the last charge: to the task's vtime, divided
+ * by its share of the machine, and to its limited groups. Returns false when a group
  * throttled. The time is the kernel's own sum_exec_runtime, freshly updated
  * before ops.tick and ops.stopping: exactly what cgroup cpu.stat usage_usec
  * counts, so what we enforce is what users measure.
@@ -50,11 +52,17 @@ static bool charge(struct task_struct *p, struct task_ctx *tctx)
 {
 	u64 now = p->se.sum_exec_runtime;
 	u64 delta = now - tctx->last_charge;
+	u64 share;
 
 	tctx->last_charge = now;
 	if (!delta || (s64)delta < 0)
 		return true;
-	p->scx.dsq_vtime += delta * 100 / (p->scx.weight ?: 1);
+	/*
+	 * A task of a cgroup with no weight state (BW_STAT_UNWEIGHTED) is
+	 * charged as if it were alone on the machine with its nice weight.
+	 */
+	share = cg_share(tctx) ?: BW_SHARE_ONE / 100 * (p->scx.weight ?: 1);
+	p->scx.dsq_vtime += delta * BW_SHARE_ONE / share;
 	if (!tctx->nr_chain)
 		return true;
 	return bw_account(tctx, delta);
@@ -97,6 +105,7 @@ void BPF_STRUCT_OPS(bw_enqueue, struct task_struct *p, u64 enq_flags)
 		slot = bw_throttled_slot(tctx);
 		if (slot >= 0) {
 			bw_park(p, tctx, slot, task_slice_ns, vtime, enq_flags);
+			cg_deactivate(tctx);
 			return;
 		}
 	}
@@ -191,8 +200,10 @@ void BPF_STRUCT_OPS(bw_dispatch, s32 cpu, struct task_struct *prev)
 			slot = bw_blocked_slot(tctx);
 			if (slot >= 0) {
 				if (scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p,
-							   BW_PARK_DSQ_BASE + slot, 0))
+							   BW_PARK_DSQ_BASE + slot, 0)) {
 					bw_note_parked(tctx, slot);
+					cg_deactivate(tctx);
+				}
 				continue;
 			}
 		}
@@ -265,6 +276,7 @@ void BPF_STRUCT_OPS(bw_running, struct task_struct *p)
 	}
 	/* Runs for real: a wait in a park queue ends here. */
 	bw_note_unparked(tctx);
+	cg_activate(p, tctx);
 	if (tctx->nr_chain)
 		p->scx.slice = bw_slice_cap(tctx, p->scx.slice);
 }
@@ -305,9 +317,45 @@ void BPF_STRUCT_OPS(bw_stopping, struct task_struct *p, bool runnable)
 		bw_return_slack(tctx);
 }
 
+/* Runnable and quiescent bracket the time a task counts in its cgroup's weight. */
+void BPF_STRUCT_OPS(bw_runnable, struct task_struct *p, u64 enq_flags)
+{
+	struct task_ctx *tctx = task_ctx(p);
+
+	if (!tctx)
+		return;
+	bw_refresh_chain(p, tctx);
+	cg_activate(p, tctx);
+}
+
+void BPF_STRUCT_OPS(bw_quiescent, struct task_struct *p, u64 deq_flags)
+{
+	struct task_ctx *tctx = task_ctx(p);
+
+	if (tctx)
+		cg_deactivate(tctx);
+}
+
+void BPF_STRUCT_OPS(bw_set_weight, struct task_struct *p, u32 weight)
+{
+	struct task_ctx *tctx = task_ctx(p);
+
+	if (tctx)
+		cg_reweight_task(tctx, weight);
+}
+
 void BPF_STRUCT_OPS(bw_enable, struct task_struct *p)
 {
 	p->scx.dsq_vtime = vtime_now;
+}
+
+/* Leaving sched_ext: whatever the task counted for goes. */
+void BPF_STRUCT_OPS(bw_disable, struct task_struct *p)
+{
+	struct task_ctx *tctx = task_ctx(p);
+
+	if (tctx)
+		cg_deactivate(tctx);
 }
 
 s32 BPF_STRUCT_OPS(bw_init_task, struct task_struct *p, struct scx_init_task_args *args)
@@ -326,8 +374,15 @@ void BPF_STRUCT_OPS(bw_cgroup_move, struct task_struct *p, struct cgroup *from,
 {
 	struct task_ctx *tctx = task_ctx(p);
 
-	if (tctx)
-		tctx->gen = BW_GEN_STALE;
+	if (!tctx)
+		return;
+	tctx->gen = BW_GEN_STALE;
+	/* A runnable task takes its weight along. */
+	tctx->cgid = to->kn->id;
+	if (tctx->act_cgid) {
+		cg_deactivate(tctx);
+		cg_activate(p, tctx);
+	}
 }
 
 /*
@@ -342,6 +397,7 @@ s32 BPF_STRUCT_OPS(bw_cgroup_init, struct cgroup *cgrp, struct scx_cgroup_init_a
 	u64 quota = (u64)-1, period = 0, burst = 0;
 
 	__sync_fetch_and_add(&bw_cgroup_seq, 1);
+	cg_create(cgrp, args->weight);
 	if (bpf_core_field_exists(args->bw_quota_us)) {
 		quota = args->bw_quota_us;
 		period = args->bw_period_us;
@@ -366,8 +422,14 @@ void BPF_STRUCT_OPS(bw_cgroup_exit, struct cgroup *cgrp)
 	u32 *slot = bpf_map_lookup_elem(&cgid_slot, &cgid);
 
 	__sync_fetch_and_add(&bw_cgroup_seq, 1);
+	cg_destroy(cgrp);
 	if (slot)
 		bw_emit(BW_EV_EXIT, *slot, cgid, 0, 0, 0);
+}
+
+void BPF_STRUCT_OPS(bw_cgroup_set_weight, struct cgroup *cgrp, u32 weight)
+{
+	cg_reweight(cgrp->kn->id, weight);
 }
 
 /*
@@ -455,11 +517,16 @@ SCX_OPS_DEFINE(bandwidth_ops,
 	       .running			= (void *)bw_running,
 	       .tick			= (void *)bw_tick,
 	       .stopping		= (void *)bw_stopping,
+	       .runnable		= (void *)bw_runnable,
+	       .quiescent		= (void *)bw_quiescent,
+	       .set_weight		= (void *)bw_set_weight,
 	       .enable			= (void *)bw_enable,
+	       .disable			= (void *)bw_disable,
 	       .init_task		= (void *)bw_init_task,
 	       .cgroup_init		= (void *)bw_cgroup_init,
 	       .cgroup_exit		= (void *)bw_cgroup_exit,
 	       .cgroup_move		= (void *)bw_cgroup_move,
+	       .cgroup_set_weight	= (void *)bw_cgroup_set_weight,
 	       .cgroup_set_bandwidth	= (void *)bw_cgroup_set_bandwidth,
 	       .cpu_online		= (void *)bw_cpu_online,
 	       .cpu_offline		= (void *)bw_cpu_offline,

@@ -101,6 +101,11 @@ pub fn write_cpu_max_unlimited(rel: &str) -> Result<(), String> {
     write(rel, "cpu.max", "max")
 }
 
+/// cpu.weight, 1..10000 (100 is the default).
+pub fn write_cpu_weight(rel: &str, weight: u32) -> Result<(), String> {
+    write(rel, "cpu.weight", &weight.to_string())
+}
+
 pub fn write_cpu_max_burst(rel: &str, burst_us: u64) -> Result<(), String> {
     write(rel, "cpu.max.burst", &burst_us.to_string())
 }

@@ -373,6 +373,14 @@ pub fn all() -> Vec<Scenario> {
             lim("t/a", 30_000, 100_000),
             recreate,
         ),
+        Scenario {
+            name: "weights",
+            about: "cpu.weight 100:300 splits CPU 1:3, reweighting to 100:100 evens it, 1 vs 3 threads at equal weight get equal shares, nice 0:5 inside a group 3.06:1",
+            needs_sched: false,
+            limits: vec![],
+            cgroups: vec!["t/wa", "t/wb", "t/wn"],
+            body: Body::Custom(weights),
+        },
         custom(
             "exit_parked",
             "SIGTERM to 4 threads parked by a 10ms/100ms limit: all exit within 1 s",
@@ -1432,6 +1440,94 @@ fn monitor(ctx: &mut Ctx) -> Result<(), String> {
 
 /// Usage of `cg` over the runner's window after its warm-up, checked like a phase's
 /// `Check::Ratio` against `limit_cpus` ±`tol`; figures are prefixed with `label`.
+/// Hierarchical weighted fairness (no limits; passes under the kernel's CFS too, --cfs).
+/// Each check is a ratio of measured usage with ±5 %.
+fn weights(ctx: &mut Ctx) -> Result<(), String> {
+    use crate::cgroup::write_cpu_weight;
+    const TOL: f64 = 0.05;
+    let expect = |ctx: &mut Ctx, label: &str, got: f64, want: f64| {
+        ctx.figure(format!("{label}.ratio"), format!("{got:.3}"));
+        if (got / want - 1.0).abs() > TOL {
+            ctx.fail(format!("{label}: ratio {got:.3}, expected {want:.3} ±5 %"));
+        }
+    };
+    let split = |ctx: &mut Ctx, label: &str| -> Result<f64, String> {
+        sleep(crate::runner::WARMUP);
+        let u = ctx.measure(&["t/wa", "t/wb"], crate::runner::WINDOW)?;
+        ctx.figure(format!("{label}.a_cpus"), format!("{:.3}", u[0]));
+        ctx.figure(format!("{label}.b_cpus"), format!("{:.3}", u[1]));
+        if u[0] + u[1] < 1.9 {
+            ctx.fail(format!("{label}: 4 hogs got {:.3} CPUs of 2", u[0] + u[1]));
+        }
+        Ok(u[1] / u[0].max(1e-6))
+    };
+
+    // Two hogs per group; weights 100 and 300, then 100 and 100 while running.
+    write_cpu_weight("t/wa", 100)?;
+    write_cpu_weight("t/wb", 300)?;
+    let w = ctx.spawn(&hog("t/wa", 2), 60)?;
+    ctx.spawn(&hog("t/wb", 2), 60)?;
+    ctx.check_on_scx(w);
+    let r = split(ctx, "w100_300")?;
+    expect(ctx, "w100_300", r, 3.0);
+    write_cpu_weight("t/wb", 100)?;
+    let r = split(ctx, "w100_100")?;
+    expect(ctx, "w100_100", r, 1.0);
+    ctx.kill_works(w);
+
+    // Equal weights, 1 thread against 3: each group gets one CPU, not 1/4 and 3/4.
+    let w = ctx.spawn(&hog("t/wa", 1), 60)?;
+    ctx.spawn(&hog("t/wb", 3), 60)?;
+    ctx.check_on_scx(w);
+    // The kernel's CFS does not get there: it shares per CPU, so the lone thread's group
+    // competes on one CPU only (measured 0.6 : 1.4). Figures only in --cfs mode.
+    let r = split(ctx, "threads_1_3")?;
+    if ctx.has_sched() {
+        expect(ctx, "threads_1_3", r, 1.0);
+    }
+    ctx.kill_works(w);
+
+    // Nice inside a group: 2 threads at nice 0 and 2 at nice 5 (kernel weights 1024 : 335).
+    let w = ctx.spawn(&hog("t/wn", 2), 60)?;
+    let n5 = ctx.spawn(&hog("t/wn", 2), 60)?;
+    ctx.check_on_scx(w);
+    let (p0, p5) = (ctx.workload_pid(w).ok_or("hog gone")?, ctx.workload_pid(n5).ok_or("hog gone")?);
+    renice_threads(p5, 3, 5)?;
+    sleep(crate::runner::WARMUP);
+    let ticks = || -> Result<(u64, u64), String> {
+        Ok((crate::sched::cpu_ticks(p0).ok_or("hog gone")?, crate::sched::cpu_ticks(p5).ok_or("hog gone")?))
+    };
+    let before = ticks()?;
+    sleep(crate::runner::WINDOW);
+    let after = ticks()?;
+    let (t0, t5) = (after.0 - before.0, after.1 - before.1);
+    ctx.figure("nice_0_5.ticks", format!("{t0}:{t5}"));
+    expect(ctx, "nice_0_5", t0 as f64 / t5.max(1) as f64, 1024.0 / 335.0);
+    ctx.kill_works(w);
+    Ok(())
+}
+
+/// Sets nice `nice` on every thread of `pid`, once it has `threads` of them (a hog's
+/// workers start after it joined its cgroup).
+fn renice_threads(pid: u32, threads: usize, nice: i32) -> Result<(), String> {
+    let dir = format!("/proc/{pid}/task");
+    let tids = || -> Vec<u32> {
+        std::fs::read_dir(&dir)
+            .map(|d| d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect())
+            .unwrap_or_default()
+    };
+    if !crate::sched::wait_for(Duration::from_secs(5), || tids().len() >= threads) {
+        return Err(format!("pid {pid}: {} threads, expected {threads}", tids().len()));
+    }
+    for tid in tids() {
+        // SAFETY: plain syscall; PRIO_PROCESS with a thread id sets that thread's nice.
+        if unsafe { libc::setpriority(libc::PRIO_PROCESS, tid, nice) } != 0 {
+            return Err(format!("setpriority({tid}, {nice}): {}", std::io::Error::last_os_error()));
+        }
+    }
+    Ok(())
+}
+
 fn measure_ratio(ctx: &mut Ctx, label: &str, cg: &'static str, limit_cpus: f64, tol: f64) -> Result<(), String> {
     sleep(crate::runner::WARMUP);
     let used = ctx.measure(&[cg], crate::runner::WINDOW)?[0];

@@ -1,0 +1,232 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * cpu.weight: hierarchical weighted fairness, flattened onto the one shared
+ * vtime queue.
+ *
+ * CFS shares a contended CPU level by level: at each cgroup, between its
+ * runnable tasks and its child cgroups that have runnable work, in proportion
+ * to their weights (task weight from nice, cgroup weight from cpu.weight; 100
+ * is the default of both). Here that tree is not walked when picking a task.
+ * Instead each task's vtime advances by the time it ran divided by its share
+ * of the machine, the product of its fractions along the path from the root:
+ *
+ *   share(task in C) = w(task) / active(C) * w(C) / active(parent(C)) * ...
+ *
+ * where active(X) is the weight of X's active entities: its runnable tasks
+ * and its child cgroups with runnable tasks below them. Tasks that keep their
+ * vtimes level in the shared queue then get CPU time in proportion to their
+ * shares. The vtime of the machine advances about one ns per ns and CPU.
+ *
+ * active() is kept exact with two counters per cgroup, changed only when
+ * an entity becomes active or inactive (task runnable / quiescent, parked /
+ * released, moved, reweighted) and passed up the tree only when a cgroup's
+ * count crosses zero. The changes from different CPUs may reach a parent out
+ * of order; each is a signed sum with transitions counted at the 0 <-> 1
+ * crossings, so the counts settle on the right values once all have arrived.
+ *
+ * Like CFS, a throttled group's parked tasks do not count: while throttled,
+ * its siblings share as if it had nothing to run.
+ */
+#ifndef __SCX_BANDWIDTH_WEIGHT_BPF_H
+#define __SCX_BANDWIDTH_WEIGHT_BPF_H
+
+#include "intf.h"
+
+struct cg_ctx {
+	/* Serialises the counters below and the weight against them. */
+	struct bpf_spin_lock lock;
+	/* Parent cgroup's id; 0 for the root. */
+	u64 parent;
+	/* cpu.weight, 1..10000. */
+	u32 weight;
+	/* The weight counted in the parent's active_sum while this is active. */
+	u32 contrib;
+	/* Active entities directly below: runnable tasks and active children. */
+	s64 nr_active;
+	/* Their weights. */
+	s64 active_sum;
+};
+
+/* cgroup id -> weight state, for every cgroup with the cpu controller. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, BW_MAX_CGROUPS);
+	__type(key, u64);
+	__type(value, struct cg_ctx);
+} cg_ctxs SEC(".maps");
+
+/*
+ * Add @dnr entities of total weight @dw to cgroup @cgid, and pass the change
+ * on to its ancestors as long as a cgroup becomes active or inactive (or its
+ * counted weight changes, @dnr == 0).
+ */
+static void cg_apply(u64 cgid, s64 dnr, s64 dw)
+{
+	s32 lvl;
+
+	bpf_for(lvl, 0, BW_MAX_LEVEL + 1) {
+		struct cg_ctx *c;
+		s64 nr, pdnr = 0, pdw = 0;
+		u64 parent;
+
+		if (!cgid || (!dnr && !dw))
+			break;
+		c = bpf_map_lookup_elem(&cg_ctxs, &cgid);
+		if (!c)
+			break;
+		bpf_spin_lock(&c->lock);
+		nr = c->nr_active;
+		c->nr_active = nr + dnr;
+		c->active_sum += dw;
+		if (nr <= 0 && nr + dnr > 0) {
+			c->contrib = c->weight;
+			pdnr = 1;
+			pdw = c->contrib;
+		} else if (nr > 0 && nr + dnr <= 0) {
+			pdnr = -1;
+			pdw = -(s64)c->contrib;
+		}
+		parent = c->parent;
+		bpf_spin_unlock(&c->lock);
+		cgid = parent;
+		dnr = pdnr;
+		dw = pdw;
+	}
+}
+
+/* @p becomes an active entity of its cgroup (tctx->cgid must be current). */
+static __always_inline void cg_activate(struct task_struct *p, struct task_ctx *tctx)
+{
+	if (tctx->act_cgid || !tctx->cgid)
+		return;
+	tctx->act_cgid = tctx->cgid;
+	tctx->act_weight = p->scx.weight ?: 1;
+	cg_apply(tctx->act_cgid, 1, tctx->act_weight);
+}
+
+static __always_inline void cg_deactivate(struct task_ctx *tctx)
+{
+	u64 cgid = tctx->act_cgid;
+
+	if (!cgid)
+		return;
+	tctx->act_cgid = 0;
+	cg_apply(cgid, -1, -(s64)tctx->act_weight);
+}
+
+/* A task's weight changed (nice): count the new one. */
+static __always_inline void cg_reweight_task(struct task_ctx *tctx, u32 weight)
+{
+	s64 dw = (s64)weight - tctx->act_weight;
+
+	if (!tctx->act_cgid || !weight)
+		return;
+	tctx->act_weight = weight;
+	cg_apply(tctx->act_cgid, 0, dw);
+}
+
+/* cpu.weight of @cgid changed: if it is active, its parent counts the new one. */
+static void cg_reweight(u64 cgid, u32 weight)
+{
+	struct cg_ctx *c = bpf_map_lookup_elem(&cg_ctxs, &cgid);
+	s64 dw = 0;
+	u64 parent;
+
+	if (!c || !weight)
+		return;
+	bpf_spin_lock(&c->lock);
+	c->weight = weight;
+	if (c->nr_active > 0) {
+		dw = (s64)weight - c->contrib;
+		c->contrib = weight;
+	}
+	parent = c->parent;
+	bpf_spin_unlock(&c->lock);
+	cg_apply(parent, 0, dw);
+}
+
+/* A new cgroup (or one existing at attach, parents first). */
+static void cg_create(struct cgroup *cgrp, u32 weight)
+{
+	struct cg_ctx c = {
+		.weight = weight ?: 100,
+		.contrib = weight ?: 100,
+	};
+	u64 cgid = cgrp->kn->id;
+
+	if (cgrp->level > 0) {
+		struct cgroup *parent = bpf_cgroup_ancestor(cgrp, cgrp->level - 1);
+
+		if (parent) {
+			c.parent = parent->kn->id;
+			bpf_cgroup_release(parent);
+		}
+	}
+	/*
+	 * Out of room: the cgroup's tasks count in no cgroup and run with the
+	 * weight of their nice level alone. Counted, never fatal (failing here
+	 * would fail the mkdir, or the attach).
+	 */
+	if (bpf_map_update_elem(&cg_ctxs, &cgid, &c, BPF_NOEXIST))
+		stat_inc(BW_STAT_UNWEIGHTED);
+}
+
+/*
+ * A cgroup going away. It has no live task left, but an exiting one may still
+ * be counted in it (a task leaves its cgroup in do_exit, before its last trip
+ * through the scheduler): take what it counts for out of the parent now, as
+ * that task's own deactivation will find no cgroup to pass it on from.
+ */
+static void cg_destroy(struct cgroup *cgrp)
+{
+	u64 cgid = cgrp->kn->id, parent;
+	struct cg_ctx *c = bpf_map_lookup_elem(&cg_ctxs, &cgid);
+	s64 dw = 0, dnr = 0;
+
+	if (!c)
+		return;
+	bpf_spin_lock(&c->lock);
+	if (c->nr_active > 0) {
+		dnr = -1;
+		dw = -(s64)c->contrib;
+	}
+	c->nr_active = 0;
+	parent = c->parent;
+	bpf_spin_unlock(&c->lock);
+	cg_apply(parent, dnr, dw);
+	bpf_map_delete_elem(&cg_ctxs, &cgid);
+}
+
+/*
+ * The task's share of the machine in BW_SHARE_ONE units: its fraction of its
+ * cgroup's active weight times the cgroup's fraction of its parent's, up to
+ * the root. Counters in flight between CPUs may briefly be off; a fraction
+ * never exceeds one.
+ */
+static u64 cg_share(struct task_ctx *tctx)
+{
+	u64 share = BW_SHARE_ONE, cgid = tctx->act_cgid;
+	s64 w = tctx->act_weight;
+	s32 lvl;
+
+	if (!cgid)
+		return 0;
+	bpf_for(lvl, 0, BW_MAX_LEVEL + 1) {
+		struct cg_ctx *c = bpf_map_lookup_elem(&cg_ctxs, &cgid);
+		s64 sum;
+
+		if (!c)
+			break;
+		sum = READ_ONCE(c->active_sum);
+		if (sum > w && w > 0)
+			share = share * w / sum;
+		w = READ_ONCE(c->contrib);
+		cgid = c->parent;
+		if (!cgid)
+			break;
+	}
+	return share ?: 1;
+}
+
+#endif /* __SCX_BANDWIDTH_WEIGHT_BPF_H */
