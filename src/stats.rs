@@ -112,6 +112,8 @@ pub struct Metrics {
     pub hotplug_returned_usec: u64,
     #[stat(desc = "Task chains cut because more than 16 limited groups were on the path: limits below the 16th outermost were not enforced for those tasks")]
     pub deep_chains: u64,
+    #[stat(desc = "Parked tasks that had waited 5 s and ran once on credit (their group pays it back from its next runtime): a group with more runnable threads than its quota can rotate through, or a task moved between throttled groups")]
+    pub rescued: u64,
     #[stat(desc = "cgroups created when 65,536 were already tracked for cpu.weight: their tasks share by nice level alone")]
     pub unweighted_cgroups: u64,
     #[stat(desc = "Period refills done by the agent")]
@@ -146,6 +148,7 @@ pub fn counters_into(m: &mut Metrics, counters: &[u64]) {
     m.hotplug = c(bpf_intf::bw_stat_idx_BW_STAT_HOTPLUG);
     m.hotplug_returned_usec = c(bpf_intf::bw_stat_idx_BW_STAT_HOTPLUG_NS) / 1000;
     m.deep_chains = c(bpf_intf::bw_stat_idx_BW_STAT_DEEP);
+    m.rescued = c(bpf_intf::bw_stat_idx_BW_STAT_RESCUE);
     m.unweighted_cgroups = c(bpf_intf::bw_stat_idx_BW_STAT_UNWEIGHTED);
 }
 

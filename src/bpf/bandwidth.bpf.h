@@ -386,6 +386,13 @@ static s32 bw_blocked_slot(struct task_ctx *tctx)
 	return -1;
 }
 
+static __always_inline bool bw_slot_throttled(s32 slot)
+{
+	struct bw_group *g = bw_group(slot);
+
+	return g && READ_ONCE(g->throttled);
+}
+
 /*
  * Where a newly runnable task must park: the first group on its chain whose
  * pool is exhausted, or -1.
@@ -446,6 +453,13 @@ static __always_inline void bw_park(struct task_struct *p, struct task_ctx *tctx
 {
 	scx_bpf_dsq_insert_vtime(p, BW_PARK_DSQ_BASE + slot, slice, vtime, enq_flags);
 	bw_note_parked(tctx, slot);
+}
+
+/* @tctx's task has waited parked BW_RESCUE_MS: it must run now (see intf.h). */
+static __always_inline bool bw_starving(struct task_ctx *tctx)
+{
+	return tctx->parked_at &&
+	       bpf_ktime_get_ns() - tctx->parked_at > BW_RESCUE_MS * 1000000ULL;
 }
 
 /* Histogram bucket of a wait (see BW_WAIT_BUCKETS): four per power of two µs. */
@@ -616,6 +630,30 @@ static void bw_settle_throttle_clocks(struct bw_group *g, u32 slot)
 }
 
 /*
+ * The pool was drained again before the unthrottle ran (a CPU that runs a
+ * task of the group pulled the refill at once): the group stays throttled and
+ * its parked tasks wait, except those parked BW_RESCUE_MS, which go to the
+ * shared queue, where dispatch rescues them. Without this they would wait as
+ * long as the group's running tasks win every refill.
+ */
+static void bw_release_starving(u32 slot, struct bw_unthrottle_args *args)
+{
+	struct task_struct *p;
+
+	bpf_rcu_read_lock();
+	bpf_for_each(scx_dsq, p, BW_PARK_DSQ_BASE + slot, 0) {
+		struct task_ctx *tctx = task_ctx(p);
+
+		if (tctx && bw_starving(tctx) &&
+		    scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, BW_SHARED_DSQ, 0))
+			args->nr_released++;
+	}
+	bpf_rcu_read_unlock();
+	if (args->nr_released)
+		kick_idle_cpus();
+}
+
+/*
  * Unthrottle, run by the agent right after it refilled a pool: settle each
  * CPU's throttle clock into throttled_time, clear the throttle and move the
  * parked tasks back to the shared queue, then wake idle CPUs to run them.
@@ -631,8 +669,10 @@ int bw_unthrottle(struct bw_unthrottle_args *args)
 	if (!g)
 		return -EINVAL;
 	args->nr_released = 0;
-	if (READ_ONCE(g->runtime) <= 0)
+	if (READ_ONCE(g->runtime) <= 0) {
+		bw_release_starving(slot, args);
 		return 0;
+	}
 
 	/* Clear first: from here on new wakeups go to the shared queue. */
 	WRITE_ONCE(g->throttled, 0);
@@ -677,14 +717,27 @@ struct {
 /* Groups marked safety_release are waiting for a dispatch to release them. */
 volatile u64 bw_safety_pending;
 
-static bool bw_safety_refill(struct bw_group *g, u64 now)
+static bool bw_safety_refill(struct bw_group *g, u32 slot, u64 now)
 {
 	u64 at = READ_ONCE(g->refilled_at), period = g->period;
 	s32 attempt;
 
-	/* An idle group's pool is full and its timer stopped on purpose. */
-	if (!g->cgid || !period || !at || READ_ONCE(g->idle) ||
-	    now < at + BW_SAFETY_PERIODS * period)
+	if (!g->cgid || !period || !at)
+		return false;
+	/*
+	 * An idle group's pool is full and its timer stopped on purpose; it
+	 * has nothing parked, unless a task parked in a race with the agent
+	 * stopping the timer. Then no CPU would ever pull (the task cannot run
+	 * to do it): wake the group and release the task.
+	 */
+	if (READ_ONCE(g->idle)) {
+		if (!scx_bpf_dsq_nr_queued(BW_PARK_DSQ_BASE + slot))
+			return false;
+		bw_wake(g, slot);
+		WRITE_ONCE(g->safety_release, 1);
+		return true;
+	}
+	if (now < at + BW_SAFETY_PERIODS * period)
 		return false;
 	if (__sync_val_compare_and_swap(&g->refilled_at, at, now) != at)
 		return false;
@@ -713,7 +766,7 @@ static int bw_safety_tick(void *map, int *key, struct safety_timer *st)
 	bpf_for(slot, 0, BW_MAX_GROUPS) {
 		struct bw_group *g = bw_group(slot);
 
-		if (g && bw_safety_refill(g, now))
+		if (g && bw_safety_refill(g, slot, now))
 			any = true;
 	}
 	if (any) {

@@ -64,6 +64,16 @@ enum bw_consts {
 	BW_SAFETY_PERIODS	= 3,
 	BW_SAFETY_TICK_NS	= 50 * 1000 * 1000,
 
+	/*
+	 * Rescue: a task parked this long (ms) runs anyway, for at most one slice
+	 * of BW_RESCUE_SLICE_NS (in practice until the next tick), on credit:
+	 * its CPU's local runtime goes negative and the group's next pulls
+	 * pay it back. Throttling alone can starve a task for good (one moved
+	 * between two throttled groups is never in the one being refilled),
+	 * and sched_ext ejects a scheduler whose task waits 30 s.
+	 */
+	BW_RESCUE_MS		= 5000,
+	BW_RESCUE_SLICE_NS	= 1000 * 1000,
 };
 
 /*
@@ -198,6 +208,7 @@ enum bw_stat_idx {
 	BW_STAT_HOTPLUG,	/* CPUs that went offline or came online */
 	BW_STAT_HOTPLUG_NS,	/* ns of local runtime such CPUs gave back to pools */
 	BW_STAT_DEEP,		/* chains cut at BW_MAX_CHAIN limited groups */
+	BW_STAT_RESCUE,		/* parked tasks run on credit after BW_RESCUE_MS */
 	BW_STAT_UNWEIGHTED,	/* cgroups created with no room left to track cpu.weight */
 	BW_NR_STATS,
 };

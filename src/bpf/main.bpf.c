@@ -103,7 +103,8 @@ void BPF_STRUCT_OPS(bw_enqueue, struct task_struct *p, u64 enq_flags)
 	if (tctx) {
 		bw_refresh_chain(p, tctx);
 		slot = bw_throttled_slot(tctx);
-		if (slot >= 0) {
+		/* A starving task goes to the shared queue; dispatch rescues it. */
+		if (slot >= 0 && !bw_starving(tctx)) {
 			bw_park(p, tctx, slot, task_slice_ns, vtime, enq_flags);
 			cg_deactivate(tctx);
 			return;
@@ -134,6 +135,21 @@ void BPF_STRUCT_OPS(bw_enqueue, struct task_struct *p, u64 enq_flags)
 		bw_kick_cpu(cpu, SCX_KICK_IDLE);
 		stat_inc(BW_STAT_KICK);
 	}
+}
+
+/*
+ * Tasks the kernel puts on a CPU's local queue without calling enqueue:
+ * exiting ones and those with migration disabled (we set neither
+ * SCX_OPS_ENQ_EXITING nor SCX_OPS_ENQ_MIGRATION_DISABLED). Stopping one
+ * for throttling only bounces it straight back here, in a loop that keeps it
+ * from ever finishing what it does (dying; a migrate-disabled section, often
+ * inside an RCU read-side section that then stalls the whole machine's RCU).
+ * They run on credit: charged, the local runtime goes negative, the group's
+ * next pulls pay it back.
+ */
+static __always_inline bool must_run(const struct task_struct *p)
+{
+	return (p->flags & PF_EXITING) || p->migration_disabled;
 }
 
 /*
@@ -198,7 +214,13 @@ void BPF_STRUCT_OPS(bw_dispatch, s32 cpu, struct task_struct *prev)
 		 */
 		if (tctx && tctx->nr_chain && tctx->gen == bw_cfg_gen) {
 			slot = bw_blocked_slot(tctx);
-			if (slot >= 0) {
+			/*
+			 * Park only under the throttled flag: whoever clears
+			 * it releases the park queue. bw_throttle() leaves the
+			 * flag clear when a refill raced with the failed pull;
+			 * such a task runs and pulls from the refilled pool.
+			 */
+			if (slot >= 0 && !bw_starving(tctx) && bw_slot_throttled(slot)) {
 				if (scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p,
 							   BW_PARK_DSQ_BASE + slot, 0)) {
 					bw_note_parked(tctx, slot);
@@ -263,15 +285,21 @@ void BPF_STRUCT_OPS(bw_running, struct task_struct *p)
 
 	/*
 	 * Tasks placed on a local queue directly (wakeup to an idle CPU,
-	 * per-CPU kthreads) did not go through dispatch's check. Exiting tasks
-	 * are never stopped: the kernel queues them locally without asking us
-	 * (no SCX_OPS_ENQ_EXITING), so preempting them would only bounce them
-	 * back here in a loop, and they must run to die.
+	 * per-CPU kthreads, and those of must_run()) did not go through
+	 * dispatch's check.
 	 */
-	if (tctx->nr_chain && !(p->flags & PF_EXITING) && bw_blocked_slot(tctx) >= 0) {
-		p->scx.slice = 0;
-		bw_kick_cpu(scx_bpf_task_cpu(p), SCX_KICK_PREEMPT);
-		stat_inc(BW_STAT_PREEMPT);
+	if (tctx->nr_chain && !must_run(p) && bw_blocked_slot(tctx) >= 0) {
+		if (!bw_starving(tctx)) {
+			p->scx.slice = 0;
+			bw_kick_cpu(scx_bpf_task_cpu(p), SCX_KICK_PREEMPT);
+			stat_inc(BW_STAT_PREEMPT);
+			return;
+		}
+		/* Rescue: one short run on credit; tick stops it (the group is dry). */
+		p->scx.slice = BW_RESCUE_SLICE_NS;
+		stat_inc(BW_STAT_RESCUE);
+		bw_note_unparked(tctx);
+		cg_activate(p, tctx);
 		return;
 	}
 	/* Runs for real: a wait in a park queue ends here. */
@@ -294,7 +322,7 @@ void BPF_STRUCT_OPS(bw_tick, struct task_struct *p)
 	paid = charge(p, tctx);
 	if (!tctx->nr_chain)
 		return;
-	if (!paid && !(p->flags & PF_EXITING)) {
+	if (!paid && !must_run(p)) {
 		p->scx.slice = 0;
 		stat_inc(BW_STAT_PREEMPT);
 		return;
@@ -332,8 +360,16 @@ void BPF_STRUCT_OPS(bw_quiescent, struct task_struct *p, u64 deq_flags)
 {
 	struct task_ctx *tctx = task_ctx(p);
 
-	if (tctx)
-		cg_deactivate(tctx);
+	if (!tctx)
+		return;
+	cg_deactivate(tctx);
+	/*
+	 * Going to sleep ends a wait in a park queue without running: no wait.
+	 * Not so a dequeue to change the task (a cgroup move, a nice change):
+	 * it is queued again at once and its wait goes on.
+	 */
+	if (deq_flags & SCX_DEQ_SLEEP)
+		tctx->parked_at = 0;
 }
 
 void BPF_STRUCT_OPS(bw_set_weight, struct task_struct *p, u32 weight)

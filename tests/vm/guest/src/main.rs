@@ -17,6 +17,7 @@ use std::process::ExitCode;
 const USAGE: &str = "\
 usage: scxbw-guest hog --threads N --seconds S [--cgroup REL] [--pin CPU]
        scxbw-guest duty --threads N --burn-ms X --sleep-ms Y --seconds S [--cgroup REL] [--pin CPU]
+       scxbw-guest forks --threads N --seconds S [--cgroup REL] [--pin CPU]
        scxbw-guest scenarios [--sched PATH] [--only NAME,NAME] [--list] [--cfs] [--bench]
 
   --cgroup REL   path relative to /sys/fs/cgroup, joined before any thread starts
@@ -86,6 +87,10 @@ fn main() -> ExitCode {
         "duty" => workload::duty_args(rest)
             .map_err(Fail::Usage)
             .and_then(|a| workload::duty(a).map_err(Fail::Run))
+            .map(|_| true),
+        "forks" => workload::forks_args(rest)
+            .map_err(Fail::Usage)
+            .and_then(|a| workload::forks(a).map_err(Fail::Run))
             .map(|_| true),
         "scenarios" => scenarios(rest),
         "-h" | "--help" | "help" => {

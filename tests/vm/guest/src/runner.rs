@@ -70,6 +70,10 @@ impl<'a> Ctx<'a> {
                 "hog",
                 vec!["hog".to_string(), "--threads".into(), threads.to_string()],
             ),
+            Work::Forks { threads } => (
+                "forks",
+                vec!["forks".to_string(), "--threads".into(), threads.to_string()],
+            ),
             Work::Duty {
                 threads,
                 burn_ms,

@@ -114,6 +114,48 @@ pub fn hog(c: Common) -> Result<(), String> {
     Ok(())
 }
 
+/// Parsed `forks` arguments.
+pub fn forks_args(argv: &[String]) -> Result<Common, String> {
+    hog_args(argv)
+}
+
+/// A fork storm: each thread forks a child that exits at once and reaps it, in a loop;
+/// prints `FORKS n=COUNT` at the end.
+pub fn forks(c: Common) -> Result<(), String> {
+    place(&c)?;
+    let deadline = Instant::now() + Duration::from_secs(c.seconds);
+    let workers: Vec<_> = (0..c.threads)
+        .map(|_| {
+            thread::spawn(move || -> Result<u64, String> {
+                let mut n = 0u64;
+                while Instant::now() < deadline {
+                    // SAFETY: the child only calls _exit, which is async-signal-safe.
+                    let pid = unsafe { libc::fork() };
+                    if pid == 0 {
+                        unsafe { libc::_exit(0) };
+                    }
+                    if pid < 0 {
+                        return Err(format!("fork: {}", std::io::Error::last_os_error()));
+                    }
+                    let mut st = 0;
+                    // SAFETY: valid out pointer, our own child.
+                    if unsafe { libc::waitpid(pid, &mut st, 0) } != pid {
+                        return Err(format!("waitpid {pid}: {}", std::io::Error::last_os_error()));
+                    }
+                    n += 1;
+                }
+                Ok(n)
+            })
+        })
+        .collect();
+    let mut total = 0;
+    for w in workers {
+        total += w.join().map_err(|_| "fork thread panicked".to_string())??;
+    }
+    println!("FORKS n={total}");
+    Ok(())
+}
+
 /// Burns `burn_ns` of this thread's CPU time; returns the wall time it took in ns.
 fn burn(burn_ns: u64) -> u64 {
     let wall0 = mono_ns();
@@ -224,6 +266,11 @@ pub struct DutyStats {
     pub max_ms: f64,
     /// The three slowest burns as `ms@tTHREAD#INDEX`.
     pub slowest: String,
+}
+
+/// The count of a `FORKS n=COUNT` line in a workload's output.
+pub fn parse_forks(output: &str) -> Option<u64> {
+    output.lines().find_map(|l| l.strip_prefix("FORKS n=")?.trim().parse().ok())
 }
 
 /// Finds and parses the DUTY line in a workload's output.
