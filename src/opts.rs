@@ -23,6 +23,22 @@ fn secs(s: &str) -> Result<f64, String> {
     Ok(v)
 }
 
+/// A group name from the group database, or a numeric gid.
+fn group_id(s: &str) -> Result<u32, String> {
+    let s = s.trim();
+    if let Ok(gid) = s.parse::<u32>() {
+        return Ok(gid);
+    }
+    let name = std::ffi::CString::new(s).map_err(|_| format!("\"{s}\" is not a group name"))?;
+    // SAFETY: getgrnam reads the group database; the returned entry is only read here,
+    // before any other thread of this process exists.
+    let gr = unsafe { libc::getgrnam(name.as_ptr()) };
+    if gr.is_null() {
+        return Err(format!("no group named \"{s}\" in the group database (give a name or a numeric gid)"));
+    }
+    Ok(unsafe { (*gr).gr_gid })
+}
+
 /// scx_bandwidth: a sched_ext scheduler that enforces cgroup CPU bandwidth
 /// limits (quota per period, like cpu.max) exactly and observably.
 #[derive(Debug, Parser)]
@@ -61,6 +77,12 @@ pub struct Opts {
     /// every SECS seconds (read from its stats socket; read-only).
     #[arg(long, value_name = "SECS", value_parser = secs, conflicts_with_all = ["config", "stats"])]
     pub monitor: Option<f64>,
+
+    /// Let members of GROUP (a name or a numeric gid) read the statistics
+    /// socket: it becomes mode 0660 and its directory 0750, both of that group.
+    /// Without it only root can (mode 0600).
+    #[arg(long, value_name = "GROUP", value_parser = group_id, conflicts_with = "monitor")]
+    pub stats_group: Option<u32>,
 
     /// Describe every statistic (the fields of the stats socket's JSON) and exit.
     #[arg(long)]

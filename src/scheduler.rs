@@ -268,7 +268,7 @@ impl<'a> Scheduler<'a> {
         // Helper threads start before the agent turns SCHED_FIFO: they inherit
         // the policy, and neither is time-critical.
         sched.events = Some(spawn_event_reader(&sched.skel.maps.events)?);
-        sched.stats = launch_stats_server();
+        sched.stats = launch_stats_server(opts.stats_group);
         for slot in 0..sched.groups.len() {
             sched.write_limits(slot);
         }
@@ -994,10 +994,11 @@ impl<'a> Scheduler<'a> {
     }
 }
 
-/// Serve [`Metrics`] on the scx_stats socket (/var/run/scx/root/stats), created
-/// root-only. The server thread asks the main loop for a snapshot per request.
-/// Without the socket the scheduler still runs (and says so).
-fn launch_stats_server() -> Option<StatsLink> {
+/// Serve [`Metrics`] on the scx_stats socket ([`stats::SOCKET`]), created
+/// root-only, then opened to `group` if given. The server thread asks the main
+/// loop for a snapshot per request. Without the socket the scheduler still runs
+/// (and says so).
+fn launch_stats_server(group: Option<u32>) -> Option<StatsLink> {
     // SAFETY: umask is process-wide and this runs before any other thread
     // creates files; it makes the socket 0600 from the start.
     let old = unsafe { libc::umask(0o077) };
@@ -1012,6 +1013,12 @@ fn launch_stats_server() -> Option<StatsLink> {
     unsafe { libc::umask(old) };
     match launched {
         Ok(server) => {
+            if let Some(gid) = group {
+                match stats::open_socket_to(std::path::Path::new(stats::SOCKET), gid) {
+                    Ok(()) => info!("stats socket {} readable by group {gid}", stats::SOCKET),
+                    Err(e) => error!("--stats-group {gid}: {e:#}; the stats socket stays root-only"),
+                }
+            }
             let (res, req) = server.channels();
             Some(StatsLink { _server: server, res, req })
         }

@@ -15,9 +15,10 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
+use std::path::Path;
 use std::time::Duration;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use scx_stats::prelude::*;
 use scx_stats_derive::Stats;
 use serde::{Deserialize, Serialize};
@@ -318,6 +319,37 @@ pub fn monotonic_ns() -> u64 {
 /// The scx_stats server's description of every figure (`--help-stats`).
 pub fn server_data() -> StatsServerData<(), Metrics> {
     StatsServerData::new().add_meta(Metrics::meta()).add_meta(GroupMetrics::meta())
+}
+
+/// Where scx_stats serves a scheduler's statistics (its default path).
+pub const SOCKET: &str = "/var/run/scx/root/stats";
+
+/// `--stats-group`: make `socket` (created 0600 root) usable by members of `gid`:
+/// the socket 0660 and its directory 0750, both owned root:gid, and every directory
+/// above it searchable (x) by group and others. On error the socket is made 0600
+/// again, so it is never left half-open.
+pub fn open_socket_to(socket: &Path, gid: u32) -> Result<()> {
+    use std::os::unix::fs::{chown, PermissionsExt};
+    let set = |p: &Path, mode: u32| -> Result<()> {
+        chown(p, Some(0), Some(gid)).with_context(|| format!("chown root:{gid} {}", p.display()))?;
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode))
+            .with_context(|| format!("chmod {mode:o} {}", p.display()))
+    };
+    let open = || -> Result<()> {
+        let dir = socket.parent().context("socket path has no directory")?;
+        for above in dir.ancestors().skip(1) {
+            let mode = std::fs::metadata(above).with_context(|| format!("stat {}", above.display()))?.permissions().mode();
+            if mode & 0o011 != 0o011 {
+                std::fs::set_permissions(above, std::fs::Permissions::from_mode((mode | 0o011) & 0o7777))
+                    .with_context(|| format!("chmod g+x,o+x {}", above.display()))?;
+            }
+        }
+        set(dir, 0o750)?;
+        set(socket, 0o660)
+    };
+    open().inspect_err(|_| {
+        let _ = std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o600));
+    })
 }
 
 /// `--monitor`: read a running instance's stats socket every `every` and print

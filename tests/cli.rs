@@ -126,6 +126,8 @@ fn bad_cli_values_exit_2() {
         (&["--slice-us=-5"][..], "not a whole number"),
         (&["--task-slice-us", "abc"][..], "not a whole number"),
         (&["--stats", "0"][..], "out of range"),
+        (&["--stats-group", "no-such-group-scxbw"][..], "no group named \"no-such-group-scxbw\""),
+        (&["--stats-group", "4242", "--monitor", "1"][..], "cannot be used with"),
         (&["--bogus"][..], "unexpected argument"),
     ] {
         let (code, err) = run(args);

@@ -18,6 +18,7 @@ const USAGE: &str = "\
 usage: scxbw-guest hog --threads N --seconds S [--cgroup REL] [--pin CPU]
        scxbw-guest duty --threads N --burn-ms X --sleep-ms Y --seconds S [--cgroup REL] [--pin CPU]
        scxbw-guest forks --threads N --seconds S [--cgroup REL] [--pin CPU]
+       scxbw-guest stats-fetch    (one request to the stats socket; prints the group count)
        scxbw-guest scenarios [--sched PATH] [--only NAME,NAME] [--list] [--cfs] [--bench]
 
   --cgroup REL   path relative to /sys/fs/cgroup, joined before any thread starts
@@ -91,6 +92,10 @@ fn main() -> ExitCode {
         "forks" => workload::forks_args(rest)
             .map_err(Fail::Usage)
             .and_then(|a| workload::forks(a).map_err(Fail::Run))
+            .map(|_| true),
+        "stats-fetch" => stats::fetch()
+            .map(|m| println!("STATS groups={}", m["groups"].as_array().map_or(0, Vec::len)))
+            .map_err(Fail::Run)
             .map(|_| true),
         "scenarios" => scenarios(rest),
         "-h" | "--help" | "help" => {
