@@ -53,7 +53,7 @@ fn main() -> ExitCode {
     }
 
     // Everything the user gave us is checked before anything is loaded.
-    let config = match &opts.config {
+    let mut config = match &opts.config {
         Some(path) => match config::load(path) {
             Ok(c) => c,
             Err(e) => {
@@ -101,8 +101,13 @@ fn main() -> ExitCode {
 
     let mut open_object = MaybeUninit::uninit();
     loop {
-        let result = Scheduler::init(&opts, &config, root.clone(), &mut open_object)
-            .and_then(|mut sched| sched.run(shutdown.clone(), &wake_rx, &RELOAD));
+        // A restart keeps what was in force: a SIGHUP reload, not the file as it was
+        // at start (cgroupfs limits come back on their own through cgroup_init).
+        let result = Scheduler::init(&opts, &config, root.clone(), &mut open_object).and_then(|mut sched| {
+            let r = sched.run(shutdown.clone(), &wake_rx, &RELOAD);
+            config = sched.config_in_force();
+            r
+        });
         match result {
             // uei_report! already printed the exit reason; an error exit
             // comes back as Err.
