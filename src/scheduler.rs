@@ -645,10 +645,6 @@ impl<'a> Scheduler<'a> {
         Ok(())
     }
 
-    /// SIGHUP: read the configuration again. A file that does not validate changes
-    /// nothing (the error names file, group and field, as at start); otherwise
-    /// changed limits apply at once (pool refilled, as for a cpu.max write),
-    /// new paths are watched and removed ones released.
     /// The configuration file's groups in force now (the last good reload's, or the
     /// start's): what a restart must bring back.
     pub fn config_in_force(&self) -> Config {
@@ -657,6 +653,10 @@ impl<'a> Scheduler<'a> {
         }
     }
 
+    /// SIGHUP: read the configuration again. A file that does not validate changes
+    /// nothing (the error names file, group and field, as at start); otherwise
+    /// changed limits apply at once (pool refilled, as for a cpu.max write),
+    /// new paths are watched and removed ones released.
     fn reload(&mut self, now: Instant) -> Result<()> {
         let Some(path) = self.config_path.clone() else {
             info!("SIGHUP: no --config to reload");

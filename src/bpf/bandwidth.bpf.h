@@ -630,30 +630,6 @@ static void bw_settle_throttle_clocks(struct bw_group *g, u32 slot)
 }
 
 /*
- * The pool was drained again before the unthrottle ran (a CPU that runs a
- * task of the group pulled the refill at once): the group stays throttled and
- * its parked tasks wait, except those parked BW_RESCUE_MS, which go to the
- * shared queue, where dispatch rescues them. Without this they would wait as
- * long as the group's running tasks win every refill.
- */
-static void bw_release_starving(u32 slot, struct bw_unthrottle_args *args)
-{
-	struct task_struct *p;
-
-	bpf_rcu_read_lock();
-	bpf_for_each(scx_dsq, p, BW_PARK_DSQ_BASE + slot, 0) {
-		struct task_ctx *tctx = task_ctx(p);
-
-		if (tctx && bw_starving(tctx) &&
-		    scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, BW_SHARED_DSQ, 0))
-			args->nr_released++;
-	}
-	bpf_rcu_read_unlock();
-	if (args->nr_released)
-		kick_idle_cpus();
-}
-
-/*
  * Unthrottle, run by the agent right after it refilled a pool: settle each
  * CPU's throttle clock into throttled_time, clear the throttle and move the
  * parked tasks back to the shared queue, then wake idle CPUs to run them.
@@ -665,22 +641,34 @@ int bw_unthrottle(struct bw_unthrottle_args *args)
 	u32 slot = args->slot;
 	struct bw_group *g = bw_group(slot);
 	struct task_struct *p;
+	bool dry;
 
 	if (!g)
 		return -EINVAL;
 	args->nr_released = 0;
-	if (READ_ONCE(g->runtime) <= 0) {
-		bw_release_starving(slot, args);
-		return 0;
+	/*
+	 * The pool may be drained again already (a CPU running a task of the
+	 * group pulled the refill at once): the group stays throttled and its
+	 * parked tasks wait, except those parked BW_RESCUE_MS, which go to the
+	 * shared queue, where dispatch rescues them. Without that they would
+	 * wait as long as the group's running tasks win every refill.
+	 */
+	dry = READ_ONCE(g->runtime) <= 0;
+	if (!dry) {
+		/* Clear first: from here on new wakeups go to the shared queue. */
+		WRITE_ONCE(g->throttled, 0);
+		bw_settle_throttle_clocks(g, slot);
 	}
-
-	/* Clear first: from here on new wakeups go to the shared queue. */
-	WRITE_ONCE(g->throttled, 0);
-	bw_settle_throttle_clocks(g, slot);
 
 	/* Syscall programs iterate DSQs under RCU. */
 	bpf_rcu_read_lock();
 	bpf_for_each(scx_dsq, p, BW_PARK_DSQ_BASE + slot, 0) {
+		if (dry) {
+			struct task_ctx *tctx = task_ctx(p);
+
+			if (!tctx || !bw_starving(tctx))
+				continue;
+		}
 		/* Counted in memory: a register counter defeats the verifier's
 		 * loop convergence. */
 		if (scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, BW_SHARED_DSQ, 0))
@@ -689,7 +677,8 @@ int bw_unthrottle(struct bw_unthrottle_args *args)
 	bpf_rcu_read_unlock();
 	if (args->nr_released)
 		kick_idle_cpus();
-	stat_add(BW_STAT_RELEASE, args->nr_released);
+	if (!dry)
+		stat_add(BW_STAT_RELEASE, args->nr_released);
 	return 0;
 }
 

@@ -298,15 +298,12 @@ void BPF_STRUCT_OPS(bw_running, struct task_struct *p)
 		/* Rescue: one short run on credit; tick stops it (the group is dry). */
 		p->scx.slice = BW_RESCUE_SLICE_NS;
 		stat_inc(BW_STAT_RESCUE);
-		bw_note_unparked(tctx);
-		cg_activate(p, tctx);
-		return;
+	} else if (tctx->nr_chain) {
+		p->scx.slice = bw_slice_cap(tctx, p->scx.slice);
 	}
 	/* Runs for real: a wait in a park queue ends here. */
 	bw_note_unparked(tctx);
 	cg_activate(p, tctx);
-	if (tctx->nr_chain)
-		p->scx.slice = bw_slice_cap(tctx, p->scx.slice);
 }
 
 void BPF_STRUCT_OPS(bw_tick, struct task_struct *p)
