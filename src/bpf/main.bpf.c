@@ -10,7 +10,7 @@
  *  - otherwise tasks wait in one shared queue ordered by virtual time, which
  *    advances by the time a task ran divided by its share of the machine:
  *    cpu.weight between cgroups, nice levels within one (weight.bpf.h); a
- *    task that slept gets at most one slice of credit;
+ *    task waking up gets at most one slice of credit;
  *  - any CPU that needs work takes the first task of the shared queue it may
  *    run (work-conserving).
  *
@@ -31,6 +31,17 @@ const volatile u64 task_slice_ns = 5ULL * 1000 * 1000;
 
 /* Largest vtime of any task that started running: the queue's "now". */
 static u64 vtime_now;
+
+/*
+ * How far a task's vtime may run ahead of vtime_now. A task with a tiny share
+ * (cpu.weight 1 beside 10000, nice 19 beside nice 0) would otherwise advance
+ * by slice / share per slice: 5 ms at a share of 1e-6 is 5,000 s, a wait no
+ * task may have (the sched_ext watchdog ejects the scheduler after 30 s). The
+ * others pass a capped task after using at most this much vtime, about
+ * this much CPU time in all (their shares add up to at most one): the longest
+ * wait is bounded, and shares down to slice / lead (0.5 %) are exact.
+ */
+#define VTIME_MAX_LEAD_NS (1000ULL * 1000 * 1000)
 /* Target of the atomic that orders idle transitions against enqueues. */
 static u64 idle_seq;
 
@@ -52,7 +63,7 @@ static bool charge(struct task_struct *p, struct task_ctx *tctx)
 {
 	u64 now = p->se.sum_exec_runtime;
 	u64 delta = now - tctx->last_charge;
-	u64 share;
+	u64 share, vtime;
 
 	tctx->last_charge = now;
 	if (!delta || (s64)delta < 0)
@@ -62,7 +73,13 @@ static bool charge(struct task_struct *p, struct task_ctx *tctx)
 	 * charged as if it were alone on the machine with its nice weight.
 	 */
 	share = cg_share(tctx) ?: BW_SHARE_ONE / 100 * (p->scx.weight ?: 1);
-	p->scx.dsq_vtime += delta * BW_SHARE_ONE / share;
+	vtime = p->scx.dsq_vtime + delta * BW_SHARE_ONE / share;
+	if (vtime_before(vtime_now + VTIME_MAX_LEAD_NS, vtime)) {
+		vtime = vtime_now + VTIME_MAX_LEAD_NS;
+		if (vtime_before(vtime, p->scx.dsq_vtime))
+			vtime = p->scx.dsq_vtime;
+	}
+	p->scx.dsq_vtime = vtime;
 	if (!tctx->nr_chain)
 		return true;
 	return bw_account(tctx, delta);
@@ -96,8 +113,14 @@ void BPF_STRUCT_OPS(bw_enqueue, struct task_struct *p, u64 enq_flags)
 
 	stat_inc(BW_STAT_ENQUEUE);
 
-	/* A sleeper gets at most one slice of credit. */
-	if (vtime_before(vtime, vtime_now - task_slice_ns))
+	/*
+	 * A task waking up gets at most one slice of credit. Only then: a task
+	 * that was running keeps its place, even far behind vtime_now (the
+	 * largest vtime started, which a task with a small share reaches in
+	 * big steps); moving it up would take from large shares and give to
+	 * small ones.
+	 */
+	if ((enq_flags & SCX_ENQ_WAKEUP) && vtime_before(vtime, vtime_now - task_slice_ns))
 		vtime = vtime_now - task_slice_ns;
 
 	if (tctx) {

@@ -377,7 +377,7 @@ pub fn all() -> Vec<Scenario> {
         ),
         Scenario {
             name: "weights",
-            about: "cpu.weight 100:300 splits CPU 1:3, reweighting to 100:100 evens it, 1 vs 3 threads at equal weight get equal shares, nice 0:5 inside a group 3.06:1",
+            about: "cpu.weight 100:300 splits CPU 1:3, reweighting to 100:100 evens it, 1 vs 3 threads at equal weight get equal shares, nice 0:5 inside a group 3.06:1, no thread starves at weights 1 and 10000 with nice 19",
             needs_sched: false,
             limits: vec![],
             cgroups: vec!["t/wa", "t/wb", "t/wn"],
@@ -1748,7 +1748,68 @@ fn weights(ctx: &mut Ctx) -> Result<(), String> {
     ctx.figure("nice_0_5.ticks", format!("{t0}:{t5}"));
     expect(ctx, "nice_0_5", t0 as f64 / t5.max(1) as f64, 1024.0 / 335.0);
     ctx.kill_works(w);
+
+    // Extreme weights: a nice-19 thread beside a nice-0 one in a group of weight 1, two
+    // hogs in a sibling of weight 10000. Its share is about 1e-6: at 5 ms per slice, exact
+    // vtime would make it wait hours between slices (the watchdog ejects at 30 s). Every
+    // thread must keep running: the longest gap between two of its slices is bounded.
+    write_cpu_weight("t/wa", 1)?;
+    write_cpu_weight("t/wb", 10000)?;
+    let w = ctx.spawn(&hog("t/wa", 1), 60)?;
+    let n19 = ctx.spawn(&hog("t/wa", 1), 60)?;
+    ctx.spawn(&hog("t/wb", 2), 60)?;
+    ctx.check_on_scx(w);
+    let p19 = ctx.workload_pid(n19).ok_or("hog gone")?;
+    renice_threads(p19, 2, 19)?;
+    sleep(crate::runner::WARMUP);
+    let pids: Vec<u32> = (w..w + 3).filter_map(|i| ctx.workload_pid(i)).collect();
+    let gaps = longest_gaps(&pids, Duration::from_secs(12))?;
+    let (worst_tid, worst) = gaps.iter().max_by_key(|g| g.1).copied().ok_or("no hog threads")?;
+    ctx.figure("extreme.threads", gaps.len());
+    ctx.figure("extreme.longest_gap_ms", worst.as_millis());
+    if ctx.has_sched() && worst > EXTREME_MAX_GAP {
+        ctx.fail(format!("extreme weights: thread {worst_tid} went {} ms without CPU", worst.as_millis()));
+    }
+    ctx.kill_works(w);
     Ok(())
+}
+
+/// Longest time a hog thread may go without CPU in the extreme-weights phase: the vtime
+/// lead cap (1 s) worth of the others' slices, then its own turn.
+const EXTREME_MAX_GAP: Duration = Duration::from_millis(2500);
+
+/// For every worker thread (not the main thread) of `pids`: the longest stretch of
+/// `window` in which its CPU time did not grow, sampled every 50 ms. A thread that never
+/// ran in the window reports the whole window.
+fn longest_gaps(pids: &[u32], window: Duration) -> Result<Vec<(u32, Duration)>, String> {
+    let runtime = |pid: u32, tid: u32| -> Option<u64> {
+        let s = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat")).ok()?;
+        s.split_whitespace().next()?.parse().ok()
+    };
+    let mut threads: Vec<(u32, u32, u64, Instant, Duration)> = Vec::new();
+    for &pid in pids {
+        let dir = std::fs::read_dir(format!("/proc/{pid}/task")).map_err(|e| format!("/proc/{pid}/task: {e}"))?;
+        for tid in dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok()) {
+            if tid != pid {
+                let r = runtime(pid, tid).ok_or(format!("thread {tid} gone"))?;
+                threads.push((pid, tid, r, Instant::now(), Duration::ZERO));
+            }
+        }
+    }
+    let end = Instant::now() + window;
+    while Instant::now() < end {
+        sleep(Duration::from_millis(50));
+        let now = Instant::now();
+        for (pid, tid, last, since, worst) in &mut threads {
+            let r = runtime(*pid, *tid).ok_or(format!("thread {tid} gone"))?;
+            if r != *last {
+                *last = r;
+                *since = now;
+            }
+            *worst = (*worst).max(now - *since);
+        }
+    }
+    Ok(threads.into_iter().map(|t| (t.1, t.4)).collect())
 }
 
 /// Sets nice `nice` on every thread of `pid`, once it has `threads` of them (a hog's
