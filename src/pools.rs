@@ -11,6 +11,8 @@
 //! are counted (nr_periods, like the kernel's hrtimer overrun) but the pool is
 //! refilled once: the cap makes a double refill impossible anyway.
 
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -124,6 +126,99 @@ impl PeriodTimer {
     pub fn lateness(&self, now: Instant, overrun: u64) -> Duration {
         let expired = self.next - self.period * overrun as u32;
         now.saturating_duration_since(expired)
+    }
+}
+
+/// Periods of usage history kept per group.
+pub const HISTORY: usize = 32;
+
+/// What the agent books for one group at each refill: the kernel's burst figures
+/// (runtime moved out of the pool), the same from CPU time really used, and the
+/// usage of the last [`HISTORY`] periods.
+#[derive(Clone, Debug, Default)]
+pub struct PeriodBook {
+    /// Pool right after the last refill, and the group's usage (ns) then.
+    pub snap: i64,
+    pub usage_at_refill: u64,
+    /// When the last refill read usage.
+    pub refilled_at: Option<Instant>,
+    pub nr_bursts: u64,
+    pub burst_ns: u64,
+    pub used_nr_bursts: u64,
+    pub used_burst_ns: u64,
+    /// CPU time used in each of the last periods, oldest first.
+    pub history: VecDeque<u64>,
+}
+
+impl PeriodBook {
+    /// A period starts `now` with the group's usage at `usage` (activation, wake).
+    pub fn start(&mut self, usage: u64, now: Instant) {
+        self.usage_at_refill = usage;
+        self.refilled_at = Some(now);
+    }
+
+    /// Book the period(s) a refill closes: the pool had `left` and now holds
+    /// `refilled`, the group's usage is `usage`, `overrun` periods elapsed.
+    pub fn close(&mut self, quota: u64, period: Duration, left: i64, refilled: i64, usage: u64, overrun: u64, now: Instant) {
+        if let Some(b) = pool_burst(self.snap, left, quota) {
+            self.nr_bursts += 1;
+            self.burst_ns += b;
+        }
+        let used = usage.saturating_sub(self.usage_at_refill);
+        let elapsed = self.refilled_at.map_or(period * overrun as u32, |t| now.duration_since(t));
+        if let Some(b) = used_burst(used, quota_for(quota, period, elapsed)) {
+            self.used_nr_bursts += 1;
+            self.used_burst_ns += b;
+        }
+        if self.history.len() == HISTORY {
+            self.history.pop_front();
+        }
+        self.history.push_back(used);
+        self.snap = refilled;
+        self.start(usage, now);
+    }
+}
+
+/// One deadline in a [`TimerQueue`]: the period timer or the slack timer of a slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Due {
+    pub at: Instant,
+    pub slot: usize,
+    pub slack: bool,
+}
+
+/// The agent's deadlines, earliest first. Entries are not removed when a timer is
+/// stopped or moved: the caller checks a popped entry against the group's state,
+/// and a stale one costs one early wakeup.
+#[derive(Debug, Default)]
+pub struct TimerQueue(BinaryHeap<Reverse<Due>>);
+
+impl TimerQueue {
+    pub fn push(&mut self, d: Due) {
+        self.0.push(Reverse(d));
+    }
+
+    /// The earliest entry if it is due at `now`.
+    pub fn pop_due(&mut self, now: Instant) -> Option<Due> {
+        let &Reverse(d) = self.0.peek()?;
+        (d.at <= now).then(|| self.0.pop()).map(|_| d)
+    }
+
+    /// When the earliest entry is due, if any.
+    pub fn next(&self) -> Option<Instant> {
+        self.0.peek().map(|Reverse(d)| d.at)
+    }
+
+    pub fn clear(&mut self) {
+        self.0.clear();
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
     }
 }
 

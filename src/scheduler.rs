@@ -12,8 +12,7 @@
 //! above sched_ext, so it is never queued behind the tasks it limits; BPF also
 //! exempts the agent's thread group from charging and parking.
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashSet, VecDeque};
+use std::collections::{HashSet, VecDeque};
 use std::mem::MaybeUninit;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
@@ -33,7 +32,7 @@ use crate::bpf_skel::*;
 use crate::cgroups::{self, CgroupChange, CgroupWatch};
 use crate::config::{self, Config, GroupConfig};
 use crate::opts::Opts;
-use crate::pools::{self, PeriodTimer};
+use crate::pools::{self, Due, PeriodBook, PeriodTimer, TimerQueue};
 use crate::stats::{self, GroupMetrics, Metrics};
 
 /// How often configured cgroup paths are checked for appearing/vanishing.
@@ -81,26 +80,12 @@ pub struct Group {
     pub nr_throttled: u64,
     /// bw_group.nr_parked at the last refill.
     seen_parked: u64,
-    /// Pool right after the last refill, and bw_group.usage then.
-    snap: i64,
-    usage_at_refill: u64,
-    /// When the last refill read usage.
-    refilled_at: Option<Instant>,
+    /// Burst figures and usage history, booked at each refill.
+    pub book: PeriodBook,
     /// bw_group.refilled_at as the agent last wrote it: a newer value there means
     /// the BPF safety net refilled meanwhile.
     agent_refilled_ns: u64,
-    /// Kernel-defined burst figures (runtime moved out of the pool beyond quota).
-    pub nr_bursts: u64,
-    pub burst_ns: u64,
-    /// The same from CPU time really used in each period.
-    pub used_nr_bursts: u64,
-    pub used_burst_ns: u64,
-    /// CPU time used in each of the last periods, oldest first.
-    pub history: VecDeque<u64>,
 }
-
-/// Periods of usage history kept per group.
-pub const HISTORY: usize = 32;
 
 impl Group {
     fn new(cfg: GroupConfig, origin: Origin) -> Self {
@@ -115,15 +100,8 @@ impl Group {
             nr_periods: 0,
             nr_throttled: 0,
             seen_parked: 0,
-            snap: 0,
-            usage_at_refill: 0,
-            refilled_at: None,
             agent_refilled_ns: 0,
-            nr_bursts: 0,
-            burst_ns: 0,
-            used_nr_bursts: 0,
-            used_burst_ns: 0,
-            history: VecDeque::with_capacity(HISTORY),
+            book: PeriodBook::default(),
         }
     }
 
@@ -136,25 +114,8 @@ impl Group {
     /// Account the period(s) a refill closes: pool-based and used-based bursts and the
     /// usage history.
     fn close_period(&mut self, left: i64, refilled: i64, usage: u64, overrun: u64, now: Instant) {
-        let quota = self.cfg.quota_us * NSEC_PER_USEC;
-        if let Some(b) = pools::pool_burst(self.snap, left, quota) {
-            self.nr_bursts += 1;
-            self.burst_ns += b;
-        }
-        let used = usage.saturating_sub(self.usage_at_refill);
-        let period = Duration::from_micros(self.cfg.period_us);
-        let elapsed = self.refilled_at.map_or(period * overrun as u32, |t| now.duration_since(t));
-        if let Some(b) = pools::used_burst(used, pools::quota_for(quota, period, elapsed)) {
-            self.used_nr_bursts += 1;
-            self.used_burst_ns += b;
-        }
-        if self.history.len() == HISTORY {
-            self.history.pop_front();
-        }
-        self.history.push_back(used);
-        self.snap = refilled;
-        self.usage_at_refill = usage;
-        self.refilled_at = Some(now);
+        let (quota, period) = (self.cfg.quota_us * NSEC_PER_USEC, Duration::from_micros(self.cfg.period_us));
+        self.book.close(quota, period, left, refilled, usage, overrun, now);
     }
 }
 
@@ -181,14 +142,6 @@ impl Drop for EventReader {
     }
 }
 
-/// One entry of [`Scheduler::due`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-struct Due {
-    at: Instant,
-    slot: usize,
-    slack: bool,
-}
-
 pub struct Scheduler<'a> {
     skel: BpfSkel<'a>,
     struct_ops: Option<libbpf_rs::Link>,
@@ -207,7 +160,7 @@ pub struct Scheduler<'a> {
     /// (skipped) when its group's timer no longer has that deadline: re-arming
     /// pushes a new entry instead of searching for the old one, so a wakeup
     /// costs O(log groups) per expiry, not a scan of every group.
-    due: BinaryHeap<Reverse<Due>>,
+    due: TimerQueue,
     /// bw_cgroup_seq at the last walk of configured paths, and when that was.
     walked: Option<(u64, Instant)>,
     /// BW_STAT_DEEP as last reported.
@@ -258,7 +211,7 @@ impl<'a> Scheduler<'a> {
             refills: 0,
             slack_distributions: 0,
             lateness: VecDeque::with_capacity(LATENESS_SAMPLES),
-            due: BinaryHeap::new(),
+            due: TimerQueue::default(),
             walked: None,
             deep_seen: 0,
             stats: None,
@@ -283,7 +236,7 @@ impl<'a> Scheduler<'a> {
         for g in &mut sched.groups {
             if let Some(t) = &mut g.timer {
                 *t = PeriodTimer::new(t.period(), now);
-                g.refilled_at = Some(now);
+                g.book.refilled_at = Some(now);
             }
         }
         sched.due.clear();
@@ -437,7 +390,7 @@ impl<'a> Scheduler<'a> {
             .update(&cgid.to_ne_bytes(), &(slot as u32).to_ne_bytes(), MapFlags::ANY)
             .with_context(|| format!("mapping cgroup {}", self.groups[slot].cfg.cgroup))?;
         let g = &mut self.groups[slot];
-        g.snap = full;
+        g.book.snap = full;
         g.slack_at = None;
         self.start_period(slot, usage, now);
         Ok(())
@@ -447,8 +400,7 @@ impl<'a> Scheduler<'a> {
     /// bw_group.usage at `usage`: start and queue its timer, stamp the refill clock.
     fn start_period(&mut self, slot: usize, usage: u64, now: Instant) {
         let g = &mut self.groups[slot];
-        g.usage_at_refill = usage;
-        g.refilled_at = Some(now);
+        g.book.start(usage, now);
         g.timer = Some(PeriodTimer::new(Duration::from_micros(g.cfg.period_us), now));
         g.idle = false;
         self.arm(slot);
@@ -764,7 +716,7 @@ impl<'a> Scheduler<'a> {
         if throttled != 0 {
             g.nr_throttled += overrun;
         }
-        let unused = usage == g.usage_at_refill;
+        let unused = usage == g.book.usage_at_refill;
         g.close_period(left, refilled, usage, overrun, Instant::now());
         // The refill distributes whatever slack was waiting.
         g.slack_at = None;
@@ -793,7 +745,7 @@ impl<'a> Scheduler<'a> {
             Some(at) => {
                 if g.slack_at.is_none() {
                     g.slack_at = Some(at);
-                    self.due.push(Reverse(Due { at, slot, slack: true }));
+                    self.due.push(Due { at, slot, slack: true });
                 }
             }
             None => self.clear_slack_pending(slot),
@@ -898,17 +850,13 @@ impl<'a> Scheduler<'a> {
     fn arm(&mut self, slot: usize) {
         let g = &self.groups[slot];
         if let Some(t) = g.timer.as_ref().filter(|_| !g.idle && !g.free) {
-            self.due.push(Reverse(Due { at: t.deadline(), slot, slack: false }));
+            self.due.push(Due { at: t.deadline(), slot, slack: false });
         }
     }
 
     /// Expire the period and slack timers due at `now`.
     fn run_timers(&mut self, now: Instant) -> Result<()> {
-        while let Some(&Reverse(d)) = self.due.peek() {
-            if d.at > now {
-                break;
-            }
-            self.due.pop();
+        while let Some(d) = self.due.pop_due(now) {
             let Some(g) = self.groups.get_mut(d.slot) else { continue };
             if d.slack {
                 if g.slack_at == Some(d.at) {
@@ -929,7 +877,7 @@ impl<'a> Scheduler<'a> {
 
     /// When the next timer is due (a stale entry only makes the agent wake early once).
     fn next_due(&self, now: Instant) -> Instant {
-        self.due.peek().map_or(now + CGROUP_WALK_MAX, |Reverse(d)| d.at)
+        self.due.next().unwrap_or(now + CGROUP_WALK_MAX)
     }
 
     /// Run `f` at normal priority: formatting and serving statistics is not
@@ -982,10 +930,10 @@ impl<'a> Scheduler<'a> {
                 nr_periods: g.nr_periods,
                 nr_throttled: g.nr_throttled,
                 throttled_usec: us(b.throttled_time),
-                nr_bursts: g.nr_bursts,
-                burst_usec: us(g.burst_ns),
-                used_nr_bursts: g.used_nr_bursts,
-                used_burst_usec: us(g.used_burst_ns),
+                nr_bursts: g.book.nr_bursts,
+                burst_usec: us(g.book.burst_ns),
+                used_nr_bursts: g.book.used_nr_bursts,
+                used_burst_usec: us(g.book.used_burst_ns),
                 slack_returned_usec: us(b.slack_returned),
                 nr_slack_returns: b.nr_slack_returns,
                 pool_usec: b.runtime / NSEC_PER_USEC as i64,
@@ -995,7 +943,7 @@ impl<'a> Scheduler<'a> {
                 wait_p99_us: stats::hist_percentile(&b.wait_hist, 0.99),
                 wait_max_us: us(b.wait_max_ns),
                 wait_hist: b.wait_hist.to_vec(),
-                history_usec: g.history.iter().map(|&ns| us(ns)).collect(),
+                history_usec: g.book.history.iter().map(|&ns| us(ns)).collect(),
             });
         }
         m
