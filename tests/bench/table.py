@@ -64,11 +64,28 @@ def main():
         print(f"| {label} | {fmt(num(a, 'p50_ms'), '{:.1f}')} | {fmt(pa, '{:.1f}')} | {fmt(num(a, 'max_ms'), '{:.1f}')} "
               f"| {fmt(num(b, 'p50_ms'), '{:.1f}')} | {fmt(pb, '{:.1f}')} | {fmt(num(b, 'max_ms'), '{:.1f}')} | {fmt(ratio)} |")
 
-    s = scx.get("scale", {})
-    print("\n### Agent cost (scx_bandwidth only)\n")
-    print("| limited groups | idle groups | agent CPU ms per s (with --stats 1) |")
-    print("| --- | --- | --- |")
-    print(f"| {s.get('active_groups', '–')} | {s.get('idle_groups', '–')} | {s.get('agent_ms_per_s', '–')} |")
+    print("\n### Throttling cost: a throttled hog's resume after each refill, behind the fastest resume (µs)\n")
+    print("| | resumes | p50 | p99 | max |")
+    print("| --- | --- | --- | --- | --- |")
+    for label, figs in [("kernel CFS", cfs.get("throttle_cost", {})), ("scx_bandwidth", scx.get("throttle_cost", {}))]:
+        print(f"| {label} | {figs.get('resumes', '–')} | {figs.get('delay_p50_us', '–')} | {figs.get('delay_p99_us', '–')} "
+              f"| {figs.get('delay_max_us', '–')} |")
+
+    o = scx.get("overhead", {})
+    print("\n### Overhead without limits (same boot, alternating; median of 3 runs of 3 s, per s)\n")
+    print("| workload | kernel's scheduler | scx_bandwidth | scx ÷ kernel |")
+    print("| --- | --- | --- | --- |")
+    for key, label in [("pingpong", "pipe ping-pong, 2 pairs (round trips)"), ("forks", "fork + exit + wait, 2 threads")]:
+        print(f"| {label} | {o.get(key + '.kernel_per_s', '–')} | {o.get(key + '.scx_per_s', '–')} | {o.get(key + '.ratio', '–')} |")
+
+    s, a = scx.get("scale", {}), scx.get("agent_cost", {})
+    print("\n### Agent cost (scx_bandwidth only; CPU ms per s of the agent process)\n")
+    print("| limited groups | busy groups | --stats 1 | agent CPU ms per s |")
+    print("| --- | --- | --- | --- |")
+    for n in (10, 100, 1000):
+        print(f"| {n} | 10 | no | {a.get(f'n{n}.agent_ms_per_s', '–')} |")
+    busy = "–" if "active_groups" not in s else "11"
+    print(f"| {s.get('active_groups', '–')} | {busy} | yes | {s.get('agent_ms_per_s', '–')} |")
 
 
 main()

@@ -18,6 +18,8 @@ const USAGE: &str = "\
 usage: scxbw-guest hog --threads N --seconds S [--cgroup REL] [--pin CPU]
        scxbw-guest duty --threads N --burn-ms X --sleep-ms Y --seconds S [--cgroup REL] [--pin CPU]
        scxbw-guest forks --threads N --seconds S [--cgroup REL] [--pin CPU]
+       scxbw-guest pingpong --threads PAIRS --seconds S [--cgroup REL] [--pin CPU]
+       scxbw-guest gaps --threads 1 --seconds S [--cgroup REL] [--pin CPU]
        scxbw-guest stats-fetch    (one request to the stats socket; prints the group count)
        scxbw-guest scenarios [--sched PATH] [--only NAME,NAME] [--list] [--cfs] [--bench]
 
@@ -92,6 +94,14 @@ fn main() -> ExitCode {
         "forks" => workload::forks_args(rest)
             .map_err(Fail::Usage)
             .and_then(|a| workload::forks(a).map_err(Fail::Run))
+            .map(|_| true),
+        "pingpong" => workload::pingpong_args(rest)
+            .map_err(Fail::Usage)
+            .and_then(|a| workload::pingpong(a).map_err(Fail::Run))
+            .map(|_| true),
+        "gaps" => workload::gaps_args(rest)
+            .map_err(Fail::Usage)
+            .and_then(|a| workload::gaps(a).map_err(Fail::Run))
             .map(|_| true),
         "stats-fetch" => stats::fetch()
             .map(|m| println!("STATS groups={}", m["groups"].as_array().map_or(0, Vec::len)))

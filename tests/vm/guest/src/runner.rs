@@ -74,6 +74,11 @@ impl<'a> Ctx<'a> {
                 "forks",
                 vec!["forks".to_string(), "--threads".into(), threads.to_string()],
             ),
+            Work::PingPong { pairs } => (
+                "pingpong",
+                vec!["pingpong".to_string(), "--threads".into(), pairs.to_string()],
+            ),
+            Work::Gaps => ("gaps", vec!["gaps".to_string(), "--threads".into(), "1".into()]),
             Work::Duty {
                 threads,
                 burn_ms,
@@ -255,16 +260,27 @@ impl<'a> Ctx<'a> {
         }
     }
 
-    /// Start the scheduler with the scenario's config and `extra` arguments and wait until
-    /// it is attached. Its log is /tmp/NAME.sched.log, or NAME.sched.N.log for later starts.
+    /// Start the scheduler with the scenario's config, `--stats 1` and `extra` arguments and
+    /// wait until it is attached. Its log is /tmp/NAME.sched.log, or NAME.sched.N.log for
+    /// later starts.
     pub fn start_sched(&mut self, extra: &[&str]) -> Result<(), String> {
+        self.start_sched_with(extra, true)
+    }
+
+    /// Replace the configuration file later starts use (None: no configured limits).
+    pub fn set_sched_config(&mut self, cfg: Option<PathBuf>) {
+        self.sched_cfg = cfg;
+    }
+
+    /// [`Ctx::start_sched`], with or without `--stats 1`.
+    pub fn start_sched_with(&mut self, extra: &[&str], stats: bool) -> Result<(), String> {
         let log = match self.sched_starts {
             0 => PathBuf::from(format!("/tmp/{}.sched.log", self.name)),
             n => PathBuf::from(format!("/tmp/{}.sched.{n}.log", self.name)),
         };
         self.sched_starts += 1;
         self.sched_log = Some(log.clone());
-        let mut s = Sched::start(Path::new(&self.opts.sched), self.sched_cfg.as_deref(), extra, &log)?;
+        let mut s = Sched::start(Path::new(&self.opts.sched), self.sched_cfg.as_deref(), stats, extra, &log)?;
         let attached = s.wait_attached();
         self.sched = Some(s);
         attached

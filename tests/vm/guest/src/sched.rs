@@ -102,16 +102,19 @@ pub struct Sched {
 }
 
 impl Sched {
-    /// `config` None runs it with no configured limits (it refuses an empty file).
-    pub fn start(bin: &Path, config: Option<&Path>, extra: &[&str], log: &Path) -> Result<Sched, String> {
+    /// `config` None runs it with no configured limits (it refuses an empty file); `stats`
+    /// adds `--stats 1` (the table every second, in its log).
+    pub fn start(bin: &Path, config: Option<&Path>, stats: bool, extra: &[&str], log: &Path) -> Result<Sched, String> {
         let out = File::create(log).map_err(|e| format!("create {}: {e}", log.display()))?;
         let err = out.try_clone().map_err(|e| e.to_string())?;
         let mut cmd = Command::new(bin);
         if let Some(config) = config {
             cmd.arg("--config").arg(config);
         }
+        if stats {
+            cmd.args(["--stats", "1"]);
+        }
         let child = cmd
-            .args(["--stats", "1"])
             .args(extra)
             .stdin(Stdio::null())
             .stdout(out)

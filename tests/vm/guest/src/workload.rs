@@ -156,6 +156,109 @@ pub fn forks(c: Common) -> Result<(), String> {
     Ok(())
 }
 
+/// Parsed `pingpong` arguments (--threads is the number of pairs).
+pub fn pingpong_args(argv: &[String]) -> Result<Common, String> {
+    hog_args(argv)
+}
+
+/// Pipe ping-pong: each pair of threads passes one byte back and forth through two
+/// pipes, so every round trip is two wakeups of a sleeping thread; prints
+/// `PINGPONG n=ROUND_TRIPS` at the end. The scheduler's cost per wakeup shows in the count.
+pub fn pingpong(c: Common) -> Result<(), String> {
+    place(&c)?;
+    let deadline = Instant::now() + Duration::from_secs(c.seconds);
+    let pipe = || -> Result<(i32, i32), String> {
+        let mut fds = [0i32; 2];
+        // SAFETY: valid out array of two fds.
+        if unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {
+            return Err(format!("pipe: {}", std::io::Error::last_os_error()));
+        }
+        Ok((fds[0], fds[1]))
+    };
+    let one = |fd: i32, write: bool| -> bool {
+        let mut b = [0u8; 1];
+        // SAFETY: one byte from/to a valid buffer on a pipe end we own.
+        let n = unsafe {
+            if write {
+                libc::write(fd, b.as_ptr().cast(), 1)
+            } else {
+                libc::read(fd, b.as_mut_ptr().cast(), 1)
+            }
+        };
+        n == 1
+    };
+    let mut pairs = Vec::new();
+    for _ in 0..c.threads {
+        let (ping_r, ping_w) = pipe()?;
+        let (pong_r, pong_w) = pipe()?;
+        // The echo side ends when the other closes its end (read returns 0).
+        let echo = thread::spawn(move || {
+            while one(ping_r, false) && one(pong_w, true) {}
+            // SAFETY: our own fds, closed once.
+            unsafe {
+                libc::close(ping_r);
+                libc::close(pong_w);
+            }
+        });
+        let lead = thread::spawn(move || -> Result<u64, String> {
+            let mut n = 0u64;
+            while Instant::now() < deadline {
+                if !(one(ping_w, true) && one(pong_r, false)) {
+                    return Err(format!("pipe: {}", std::io::Error::last_os_error()));
+                }
+                n += 1;
+            }
+            // SAFETY: our own fds, closed once.
+            unsafe {
+                libc::close(ping_w);
+                libc::close(pong_r);
+            }
+            Ok(n)
+        });
+        pairs.push((lead, echo));
+    }
+    let mut total = 0;
+    for (lead, echo) in pairs {
+        total += lead.join().map_err(|_| "pingpong thread panicked".to_string())??;
+        echo.join().map_err(|_| "pingpong thread panicked".to_string())?;
+    }
+    println!("PINGPONG n={total}");
+    Ok(())
+}
+
+/// Parsed `gaps` arguments.
+pub fn gaps_args(argv: &[String]) -> Result<Common, String> {
+    hog_args(argv)
+}
+
+/// One busy thread that watches the clock: every stretch of more than 2 ms in which it
+/// did not run (it was throttled, or waited for a CPU) is printed as
+/// `GAP end_ns=T len_ns=L` (CLOCK_MONOTONIC) when it runs again.
+pub fn gaps(c: Common) -> Result<(), String> {
+    const MIN_GAP_NS: u64 = 2_000_000;
+    place(&c)?;
+    let t = thread::spawn(move || {
+        let end = mono_ns() + c.seconds * 1_000_000_000;
+        let mut seen = Vec::new();
+        let mut last = mono_ns();
+        while last < end {
+            let now = mono_ns();
+            if now - last > MIN_GAP_NS {
+                seen.push((now, now - last));
+            }
+            last = now;
+        }
+        seen
+    });
+    let seen = t.join().map_err(|_| "gaps thread panicked".to_string())?;
+    let mut out = String::new();
+    for (end, len) in seen {
+        out += &format!("GAP end_ns={end} len_ns={len}\n");
+    }
+    print!("{out}");
+    Ok(())
+}
+
 /// Burns `burn_ns` of this thread's CPU time; returns the wall time it took in ns.
 fn burn(burn_ns: u64) -> u64 {
     let wall0 = mono_ns();
