@@ -85,6 +85,22 @@ static bool charge(struct task_struct *p, struct task_ctx *tctx)
 	return bw_account(tctx, delta);
 }
 
+/*
+ * A synchronous wakeup (a pipe or socket handoff, a futex wake-and-wait): the
+ * waker is about to sleep, and the default pick chose the waker's own CPU,
+ * whose local queue is empty. Queue the wakee there directly: through the
+ * shared queue, enqueue would wake an idle CPU to take it, an IPI and a
+ * migration per message (pipe ping-pong ran at 0.35-0.51 of the kernel's
+ * scheduler that way). Only while nobody waits in the shared queue, so that
+ * the wakee never passes a waiting task and the CPU still reaches dispatch.
+ */
+static __always_inline bool sync_to_waker(s32 cpu, u64 wake_flags)
+{
+	return (wake_flags & SCX_WAKE_SYNC) && cpu == bpf_get_smp_processor_id() &&
+	       !scx_bpf_dsq_nr_queued(SCX_DSQ_LOCAL) &&
+	       !scx_bpf_dsq_nr_queued(BW_SHARED_DSQ);
+}
+
 s32 BPF_STRUCT_OPS(bw_select_cpu, struct task_struct *p, s32 prev_cpu, u64 wake_flags)
 {
 	struct task_ctx *tctx = task_ctx(p);
@@ -92,11 +108,12 @@ s32 BPF_STRUCT_OPS(bw_select_cpu, struct task_struct *p, s32 prev_cpu, u64 wake_
 	s32 cpu;
 
 	cpu = scx_bpf_select_cpu_dfl(p, prev_cpu, wake_flags, &is_idle);
-	if (!is_idle || !tctx)
+	if (!tctx || (!is_idle && !sync_to_waker(cpu, wake_flags)))
 		return cpu;
 	/*
-	 * Straight to the idle CPU, unless the task belongs to a throttled group
-	 * or its chain is stale (enqueue resolves it and decides).
+	 * Straight to the idle CPU (or the waker's), unless the task belongs to
+	 * a throttled group or its chain is stale (enqueue resolves it and
+	 * decides).
 	 */
 	if (tctx->gen != bw_cfg_gen || bw_throttled_slot(tctx) >= 0)
 		return cpu;
