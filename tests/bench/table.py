@@ -80,12 +80,12 @@ def main():
 
     s, a = scx.get("scale", {}), scx.get("agent_cost", {})
     print("\n### Agent cost (scx_bandwidth only; CPU ms per s of the agent process)\n")
-    print("| limited groups | busy groups | --stats 1 | agent CPU ms per s |")
-    print("| --- | --- | --- | --- |")
+    print("| limited groups | busy groups | --stats 1 | agent CPU ms per s | agent threads run per s |")
+    print("| --- | --- | --- | --- | --- |")
     for n in (10, 100, 1000):
-        print(f"| {n} | 10 | no | {a.get(f'n{n}.agent_ms_per_s', '–')} |")
+        print(f"| {n} | 10 | no | {a.get(f'n{n}.agent_ms_per_s', '–')} | {a.get(f'n{n}.agent_runs_per_s', '–')} |")
     busy = "–" if "active_groups" not in s else "11"
-    print(f"| {s.get('active_groups', '–')} | {busy} | yes | {s.get('agent_ms_per_s', '–')} |")
+    print(f"| {s.get('active_groups', '–')} | {busy} | yes | {s.get('agent_ms_per_s', '–')} | – |")
 
 
 main()
