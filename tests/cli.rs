@@ -135,3 +135,32 @@ fn bad_cli_values_exit_2() {
         assert!(err.contains(want), "{args:?}: expected {want:?} in {err:?}");
     }
 }
+
+#[test]
+fn unreadable_config_exits_2() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    let p = config("secret.toml", b"[[group]]\ncgroup = \"a\"\nquota_us = 5000\n");
+    let mut cmd;
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        // Root reads any file: run as nobody, for whom a root-owned 0600 file is
+        // unreadable. The binary is copied next to the file, out of a directory (the
+        // checkout may be under /root) that nobody may not enter.
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let bin = p.with_file_name("scx_bandwidth");
+        std::fs::copy(env!("CARGO_BIN_EXE_scx_bandwidth"), &bin).unwrap();
+        std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+        cmd = Command::new(bin);
+        cmd.uid(65534).gid(65534);
+    } else {
+        // The owner cannot read a file with mode 0000 either (without root's override).
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o000)).unwrap();
+        cmd = Command::new(env!("CARGO_BIN_EXE_scx_bandwidth"));
+    }
+    let out = cmd.args(["--config", p.to_str().unwrap()]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("secret.toml: cannot read") && err.contains("Permission denied"), "{err}");
+    assert!(!err.contains("attached"), "{err}");
+}
