@@ -6,7 +6,8 @@
  * simple so that the bandwidth logic (bandwidth.bpf.h) is the interesting
  * part:
  *
- *  - wakeups go straight to an idle CPU when there is one (select_cpu);
+ *  - wakeups go straight to an idle CPU when there is one (select_cpu), a
+ *    synchronous one to the waker's CPU while nobody waits;
  *  - otherwise tasks wait in one shared queue ordered by virtual time, which
  *    advances by the time a task ran divided by its share of the machine:
  *    cpu.weight between cgroups, nice levels within one (weight.bpf.h); a
