@@ -80,12 +80,16 @@ def main():
 
     s, a = scx.get("scale", {}), scx.get("agent_cost", {})
     print("\n### Agent cost (scx_bandwidth only; CPU ms per s of the agent process)\n")
-    print("| limited groups | busy groups | --stats 1 | agent CPU ms per s | agent threads run per s |")
-    print("| --- | --- | --- | --- | --- |")
+    print("| limited groups | busy groups | --stats 1 | agent CPU ms per s | agent threads run per s "
+          "| a thread only waking 100/s: CPU ms per s | agent ÷ that thread |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     for n in (10, 100, 1000):
-        print(f"| {n} | 10 | no | {a.get(f'n{n}.agent_ms_per_s', '–')} | {a.get(f'n{n}.agent_runs_per_s', '–')} |")
+        ag, tk = num(a, f"n{n}.agent_ms_per_s"), num(a, f"n{n}.ticker_ms_per_s")
+        ratio = None if ag is None or not tk else ag / tk
+        print(f"| {n} | 10 | no | {fmt(ag, '{:.1f}')} | {a.get(f'n{n}.agent_runs_per_s', '–')} | {fmt(tk, '{:.1f}')} "
+              f"| {fmt(ratio, '{:.2f}')} |")
     busy = "–" if "active_groups" not in s else "11"
-    print(f"| {s.get('active_groups', '–')} | {busy} | yes | {s.get('agent_ms_per_s', '–')} | – |")
+    print(f"| {s.get('active_groups', '–')} | {busy} | yes | {s.get('agent_ms_per_s', '–')} | – | – | – |")
 
 
 main()

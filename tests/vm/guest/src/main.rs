@@ -20,6 +20,7 @@ usage: scxbw-guest hog --threads N --seconds S [--cgroup REL] [--pin CPU]
        scxbw-guest forks --threads N --seconds S [--cgroup REL] [--pin CPU]
        scxbw-guest pingpong --threads PAIRS --seconds S [--cgroup REL] [--pin CPU]
        scxbw-guest gaps --threads 1 --seconds S [--cgroup REL] [--pin CPU]
+       scxbw-guest ticker --threads 1 --hz N --seconds S [--cgroup REL] [--pin CPU]
        scxbw-guest stats-fetch    (one request to the stats socket; prints the group count)
        scxbw-guest scenarios [--sched PATH] [--only NAME,NAME] [--list] [--cfs] [--bench]
 
@@ -102,6 +103,10 @@ fn main() -> ExitCode {
         "gaps" => workload::gaps_args(rest)
             .map_err(Fail::Usage)
             .and_then(|a| workload::gaps(a).map_err(Fail::Run))
+            .map(|_| true),
+        "ticker" => workload::ticker_args(rest)
+            .map_err(Fail::Usage)
+            .and_then(|(a, hz)| workload::ticker(a, hz).map_err(Fail::Run))
             .map(|_| true),
         "stats-fetch" => stats::fetch()
             .map(|m| println!("STATS groups={}", m["groups"].as_array().map_or(0, Vec::len)))

@@ -79,6 +79,10 @@ impl<'a> Ctx<'a> {
                 vec!["pingpong".to_string(), "--threads".into(), pairs.to_string()],
             ),
             Work::Gaps => ("gaps", vec!["gaps".to_string(), "--threads".into(), "1".into()]),
+            Work::Ticker { hz } => (
+                "ticker",
+                ["ticker", "--threads", "1", "--hz", &hz.to_string()].map(String::from).to_vec(),
+            ),
             Work::Duty {
                 threads,
                 burn_ms,

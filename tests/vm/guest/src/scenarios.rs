@@ -33,6 +33,8 @@ pub enum Work {
     PingPong { pairs: u32 },
     /// `gaps`: one busy thread printing each stretch > 2 ms it did not run (GAP lines).
     Gaps,
+    /// `ticker --hz N`: a SCHED_FIFO thread that only wakes N times a second (TICKER line).
+    Ticker { hz: u32 },
     /// `duty --threads N --burn-ms B --sleep-ms S` (prints a DUTY line into its log).
     Duty {
         threads: u32,
@@ -259,7 +261,7 @@ pub fn bench() -> Vec<Scenario> {
         about: "the agent's CPU time per second with 10, 100 and 1,000 limited groups (10 busy, the rest with a sleeper), without --stats",
         needs_sched: true,
         limits: vec![],
-        cgroups: vec![],
+        cgroups: vec!["t/tick"],
         body: Body::Custom(agent_cost),
     });
     v
@@ -380,7 +382,10 @@ fn process_cpu(pid: u32) -> Option<(u64, u64)> {
 /// (all busy), 100 and 1,000 (10 busy, the others with a sleeping process). The
 /// scheduler runs without --stats (nobody asks for statistics); its CPU time over 4 s
 /// after 2 s of warm-up is printed as ms per s, with how often its threads ran, and
-/// every group must be enforced.
+/// every group must be enforced. Beside it, as a yardstick, a SCHED_FIFO thread that does
+/// nothing but wake as often as the busy groups refill (100 times a second): under TCG a
+/// wakeup itself costs far more than on hardware, and the ratio of the two is what means
+/// something there.
 fn agent_cost(ctx: &mut Ctx) -> Result<(), String> {
     ctx.stop_sched()?;
     for n in [10usize, 100, 1000] {
@@ -397,6 +402,9 @@ fn agent_cost(ctx: &mut Ctx) -> Result<(), String> {
             ctx.spawn(&hog(g, 1), 10)?;
         }
         let sleepers = Sleepers::spawn(&groups[busy..])?;
+        // The baseline: a thread that only wakes as often as the busy groups refill.
+        let tick_secs = 2 + crate::runner::WINDOW.as_secs();
+        let ticker = ctx.spawn(&Workload { cgroup: "t/tick", work: Work::Ticker { hz: 10 * busy as u32 }, pin: None }, tick_secs)?;
         sleep(Duration::from_secs(2));
         let pid = ctx.sched_pid().ok_or("no scheduler")?;
         let (t0, c0) = (Instant::now(), process_cpu(pid).ok_or("agent gone")?);
@@ -405,6 +413,16 @@ fn agent_cost(ctx: &mut Ctx) -> Result<(), String> {
         let secs = t0.elapsed().as_secs_f64();
         ctx.figure(format!("n{n}.agent_ms_per_s"), format!("{:.1}", c1.0.saturating_sub(c0.0) as f64 / 1e6 / secs));
         ctx.figure(format!("n{n}.agent_runs_per_s"), format!("{:.0}", c1.1.saturating_sub(c0.1) as f64 / secs));
+        ctx.wait_workload(ticker, Duration::from_secs(30))?;
+        let out = ctx.output(ticker);
+        let field = |k: &str| -> Option<f64> { out.split_whitespace().find_map(|f| f.strip_prefix(k)?.parse().ok()) };
+        match (field("cpu_ns="), field("wakeups=")) {
+            (Some(cpu), Some(w)) => {
+                ctx.figure(format!("n{n}.ticker_ms_per_s"), format!("{:.1}", cpu / 1e6 / tick_secs as f64));
+                ctx.figure(format!("n{n}.ticker_wakeups_per_s"), format!("{:.0}", w / tick_secs as f64));
+            }
+            _ => return Err(format!("ticker: {}", out.trim())),
+        }
         let enforced = crate::stats::num(&crate::stats::fetch()?, "active_groups")?;
         if enforced != n as f64 {
             ctx.fail(format!("{n} groups configured, {enforced} enforced"));

@@ -259,6 +259,45 @@ pub fn gaps(c: Common) -> Result<(), String> {
     Ok(())
 }
 
+/// Parsed `ticker` arguments: `--threads 1 --hz N` (wakeups per second).
+pub fn ticker_args(argv: &[String]) -> Result<(Common, u64), String> {
+    let p = args::parse(argv, &["threads", "seconds", "cgroup", "pin", "hz"], &[])?;
+    let hz = p.req_u64("hz")?;
+    if !(1..=10_000).contains(&hz) {
+        return Err("--hz must be 1..10000".into());
+    }
+    Ok((common(&p)?, hz))
+}
+
+/// A thread that does nothing but wake up `hz` times a second on absolute deadlines,
+/// SCHED_FIFO priority 1 like the scheduler's agent: the cost of waking alone, to hold the
+/// agent's cost against. Prints `TICKER wakeups=N cpu_ns=T late_p99_us=L`.
+pub fn ticker(c: Common, hz: u64) -> Result<(), String> {
+    place(&c)?;
+    let param = libc::sched_param { sched_priority: 1 };
+    // SAFETY: plain syscall on this thread with a valid parameter.
+    if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) } != 0 {
+        return Err(format!("SCHED_FIFO: {}", std::io::Error::last_os_error()));
+    }
+    let step = 1_000_000_000 / hz;
+    let (start, cpu0) = (mono_ns(), thread_cpu_ns());
+    let end = start + c.seconds * 1_000_000_000;
+    let mut late = Vec::new();
+    let mut next = start + step;
+    while next < end {
+        let ts = libc::timespec { tv_sec: (next / 1_000_000_000) as libc::time_t, tv_nsec: (next % 1_000_000_000) as libc::c_long };
+        // SAFETY: valid timespec; absolute sleep, null remainder allowed.
+        while unsafe { libc::clock_nanosleep(libc::CLOCK_MONOTONIC, libc::TIMER_ABSTIME, &ts, std::ptr::null_mut()) } == libc::EINTR {}
+        late.push(mono_ns().saturating_sub(next));
+        next += step;
+    }
+    let cpu = thread_cpu_ns() - cpu0;
+    late.sort_unstable();
+    let p99 = late.get((late.len().saturating_sub(1) as f64 * 0.99) as usize).copied().unwrap_or(0);
+    println!("TICKER wakeups={} cpu_ns={cpu} late_p99_us={}", late.len(), p99 / 1000);
+    Ok(())
+}
+
 /// Burns `burn_ns` of this thread's CPU time; returns the wall time it took in ns.
 fn burn(burn_ns: u64) -> u64 {
     let wall0 = mono_ns();
