@@ -3,6 +3,8 @@
 
 Reads the SCENARIO lines of two tests/vm/run logs (the last verdict of each scenario counts,
 as a scenario interrupted by an emulator crash is run again after a reboot)."""
+import contextlib
+import io
 import re
 import sys
 
@@ -28,8 +30,8 @@ def fmt(x, spec="{:.3f}"):
     return "–" if x is None else spec.format(x)
 
 
-def main():
-    cfs, scx = results(sys.argv[1]), results(sys.argv[2])
+def main(cfs_log, scx_log):
+    cfs, scx = results(cfs_log), results(scx_log)
     print("### Enforcement accuracy (usage / limit over a 4 s window after 1 s warm-up)\n")
     print("| workload | kernel CFS | scx_bandwidth | error CFS | error scx | scx error ≤ CFS |")
     print("| --- | --- | --- | --- | --- | --- |")
@@ -92,4 +94,35 @@ def main():
     print(f"| {s.get('active_groups', '–')} | {busy} | yes | {s.get('agent_ms_per_s', '–')} | – | – | – |")
 
 
-main()
+# Cells with no figure by design: the --stats row of the agent table measures neither runs
+# nor the yardstick.
+EXPECTED_EMPTY = {"| – | – | – |"}
+
+
+def check(table):
+    """Rows with a missing figure ('–'), apart from the cells empty by design."""
+    bad = []
+    for line in table.splitlines():
+        if not line.startswith("| ") or line.startswith("| ---") or "–" not in line:
+            continue
+        rest = line
+        for ok in EXPECTED_EMPTY:
+            rest = rest.replace(ok, "|")
+        if "–" in rest:
+            bad.append(line)
+    return bad
+
+
+if __name__ == "__main__":
+    args = [a for a in sys.argv[1:] if a != "--check"]
+    if "--check" not in sys.argv:
+        main(*args)
+        sys.exit(0)
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        main(*args)
+    print(buf.getvalue(), end="")
+    missing = check(buf.getvalue())
+    for line in missing:
+        print(f"table.py: missing figures in: {line}", file=sys.stderr)
+    sys.exit(1 if missing else 0)
