@@ -77,6 +77,16 @@ fn scenarios(argv: &[String]) -> Result<bool, Fail> {
     Ok(runner::run_all(&selected, &opts))
 }
 
+/// A workload command: arguments that do not parse are a usage error, a failed run is not.
+fn workload_cmd<A>(
+    rest: &[String],
+    parse: fn(&[String]) -> Result<A, String>,
+    run: impl FnOnce(A) -> Result<(), String>,
+) -> Result<bool, Fail> {
+    let a = parse(rest).map_err(Fail::Usage)?;
+    run(a).map_err(Fail::Run).map(|_| true)
+}
+
 fn main() -> ExitCode {
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let (cmd, rest) = match argv.split_first() {
@@ -84,30 +94,12 @@ fn main() -> ExitCode {
         None => ("", &[][..]),
     };
     let r = match cmd {
-        "hog" => workload::hog_args(rest)
-            .map_err(Fail::Usage)
-            .and_then(|a| workload::hog(a).map_err(Fail::Run))
-            .map(|_| true),
-        "duty" => workload::duty_args(rest)
-            .map_err(Fail::Usage)
-            .and_then(|a| workload::duty(a).map_err(Fail::Run))
-            .map(|_| true),
-        "forks" => workload::forks_args(rest)
-            .map_err(Fail::Usage)
-            .and_then(|a| workload::forks(a).map_err(Fail::Run))
-            .map(|_| true),
-        "pingpong" => workload::pingpong_args(rest)
-            .map_err(Fail::Usage)
-            .and_then(|a| workload::pingpong(a).map_err(Fail::Run))
-            .map(|_| true),
-        "gaps" => workload::gaps_args(rest)
-            .map_err(Fail::Usage)
-            .and_then(|a| workload::gaps(a).map_err(Fail::Run))
-            .map(|_| true),
-        "ticker" => workload::ticker_args(rest)
-            .map_err(Fail::Usage)
-            .and_then(|(a, hz)| workload::ticker(a, hz).map_err(Fail::Run))
-            .map(|_| true),
+        "hog" => workload_cmd(rest, workload::hog_args, workload::hog),
+        "duty" => workload_cmd(rest, workload::duty_args, workload::duty),
+        "forks" => workload_cmd(rest, workload::forks_args, workload::forks),
+        "pingpong" => workload_cmd(rest, workload::pingpong_args, workload::pingpong),
+        "gaps" => workload_cmd(rest, workload::gaps_args, workload::gaps),
+        "ticker" => workload_cmd(rest, workload::ticker_args, |(c, hz)| workload::ticker(c, hz)),
         "stats-fetch" => stats::fetch()
             .map(|m| println!("STATS groups={}", m["groups"].as_array().map_or(0, Vec::len)))
             .map_err(Fail::Run)
