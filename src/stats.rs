@@ -85,7 +85,7 @@ pub struct Metrics {
     pub at_us: u64,
     #[stat(desc = "Tasks enqueued")]
     pub enqueue: u64,
-    #[stat(desc = "Wakeups dispatched straight to an idle CPU")]
+    #[stat(desc = "Wakeups dispatched straight to an idle CPU (a synchronous one: to the waker's CPU)")]
     pub direct: u64,
     #[stat(desc = "Tasks moved from the shared queue to a CPU")]
     pub dispatch: u64,

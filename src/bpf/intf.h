@@ -194,7 +194,7 @@ struct bw_event {
 /* Global counters, per CPU, summed by the agent. */
 enum bw_stat_idx {
 	BW_STAT_ENQUEUE,
-	BW_STAT_DIRECT,		/* dispatched straight to an idle CPU */
+	BW_STAT_DIRECT,		/* dispatched straight to an idle CPU (or a sync waker's) */
 	BW_STAT_DISPATCH,	/* moved from the shared queue to a CPU */
 	BW_STAT_PARK,		/* tasks parked because their group was throttled */
 	BW_STAT_RELEASE,	/* parked tasks released by an unthrottle */
