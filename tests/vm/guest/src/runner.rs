@@ -4,7 +4,7 @@
 use crate::cgroup;
 use crate::scenarios::{render_config, Body, Scenario, Work, Workload};
 use crate::sched::{self, Kmsg, Sched};
-use crate::workload::mono_ns;
+use crate::workload::{mono_ns, sleep_until_mono};
 use std::fs::File;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
@@ -301,24 +301,6 @@ impl<'a> Ctx<'a> {
         self.figure("detach_ms", t.elapsed().as_millis());
         r
     }
-}
-
-fn sleep_until_mono(target_ns: u64) {
-    let ts = libc::timespec {
-        tv_sec: (target_ns / 1_000_000_000) as libc::time_t,
-        tv_nsec: (target_ns % 1_000_000_000) as libc::c_long,
-    };
-    // Absolute sleep: no drift from the time spent reading cpu.stat. Retry on EINTR.
-    // SAFETY: valid timespec; null remainder is allowed with TIMER_ABSTIME.
-    while unsafe {
-        libc::clock_nanosleep(
-            libc::CLOCK_MONOTONIC,
-            libc::TIMER_ABSTIME,
-            &ts,
-            std::ptr::null_mut(),
-        )
-    } == libc::EINTR
-    {}
 }
 
 /// "t/p/x" -> "p.x": figure-key prefix for a cgroup.

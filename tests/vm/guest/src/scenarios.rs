@@ -367,15 +367,12 @@ fn overhead(ctx: &mut Ctx) -> Result<(), String> {
 /// CPU time (ns) and times scheduled in, summed over every thread of `pid` so far
 /// (/proc/PID/task/*/schedstat).
 fn process_cpu(pid: u32) -> Option<(u64, u64)> {
-    let dir = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
-    Some(
-        dir.filter_map(|e| {
-            let s = std::fs::read_to_string(e.ok()?.path().join("schedstat")).ok()?;
-            let f: Vec<u64> = s.split_whitespace().filter_map(|x| x.parse().ok()).collect();
-            Some((*f.first()?, *f.get(2)?))
-        })
-        .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1)),
-    )
+    let tids = crate::sched::threads(pid);
+    (!tids.is_empty()).then(|| {
+        tids.iter()
+            .filter_map(|&tid| crate::sched::thread_schedstat(pid, tid))
+            .fold((0, 0), |a, (run, _, runs)| (a.0 + run, a.1 + runs))
+    })
 }
 
 /// The agent's cost by number of limited groups, each limited to 10 ms per 100 ms: 10
@@ -1989,14 +1986,14 @@ const EXTREME_MAX_GAP: Duration = Duration::from_millis(2500);
 /// `window` in which its CPU time did not grow, sampled every 50 ms. A thread that never
 /// ran in the window reports the whole window.
 fn longest_gaps(pids: &[u32], window: Duration) -> Result<Vec<(u32, Duration)>, String> {
-    let runtime = |pid: u32, tid: u32| -> Option<u64> {
-        let s = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat")).ok()?;
-        s.split_whitespace().next()?.parse().ok()
-    };
+    let runtime = |pid: u32, tid: u32| crate::sched::thread_schedstat(pid, tid).map(|s| s.0);
     let mut threads: Vec<(u32, u32, u64, Instant, Duration)> = Vec::new();
     for &pid in pids {
-        let dir = std::fs::read_dir(format!("/proc/{pid}/task")).map_err(|e| format!("/proc/{pid}/task: {e}"))?;
-        for tid in dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok()) {
+        let tids = crate::sched::threads(pid);
+        if tids.is_empty() {
+            return Err(format!("/proc/{pid}/task: process gone"));
+        }
+        for tid in tids {
             if tid != pid {
                 let r = runtime(pid, tid).ok_or(format!("thread {tid} gone"))?;
                 threads.push((pid, tid, r, Instant::now(), Duration::ZERO));
@@ -2022,12 +2019,7 @@ fn longest_gaps(pids: &[u32], window: Duration) -> Result<Vec<(u32, Duration)>, 
 /// Sets nice `nice` on every thread of `pid`, once it has `threads` of them (a hog's
 /// workers start after it joined its cgroup).
 fn renice_threads(pid: u32, threads: usize, nice: i32) -> Result<(), String> {
-    let dir = format!("/proc/{pid}/task");
-    let tids = || -> Vec<u32> {
-        std::fs::read_dir(&dir)
-            .map(|d| d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect())
-            .unwrap_or_default()
-    };
+    let tids = || crate::sched::threads(pid);
     if !crate::sched::wait_for(Duration::from_secs(5), || tids().len() >= threads) {
         return Err(format!("pid {pid}: {} threads, expected {threads}", tids().len()));
     }

@@ -60,6 +60,20 @@ pub fn cpu_ticks(pid: u32) -> Option<u64> {
     Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
 }
 
+/// A thread's /proc/PID/task/TID/schedstat: (ns on CPU, ns waiting to run, times run).
+pub fn thread_schedstat(pid: u32, tid: u32) -> Option<(u64, u64, u64)> {
+    let s = fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat")).ok()?;
+    let mut f = s.split_whitespace().map(|x| x.parse::<u64>().ok());
+    Some((f.next()??, f.next()??, f.next()??))
+}
+
+/// Thread ids of process `pid` (empty when it is gone).
+pub fn threads(pid: u32) -> Vec<u32> {
+    fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|d| d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect())
+        .unwrap_or_default()
+}
+
 /// Clock ticks per second (for [`cpu_ticks`]).
 pub fn clock_ticks() -> u64 {
     // SAFETY: sysconf has no memory effects.

@@ -73,6 +73,25 @@ pub fn mono_ns() -> u64 {
     clock_ns(libc::CLOCK_MONOTONIC)
 }
 
+/// Sleeps until CLOCK_MONOTONIC reaches `target_ns` (absolute: no drift from the work
+/// done between sleeps), retrying on EINTR.
+pub fn sleep_until_mono(target_ns: u64) {
+    let ts = libc::timespec {
+        tv_sec: (target_ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (target_ns % 1_000_000_000) as libc::c_long,
+    };
+    // SAFETY: valid timespec; null remainder is allowed with TIMER_ABSTIME.
+    while unsafe {
+        libc::clock_nanosleep(
+            libc::CLOCK_MONOTONIC,
+            libc::TIMER_ABSTIME,
+            &ts,
+            std::ptr::null_mut(),
+        )
+    } == libc::EINTR
+    {}
+}
+
 /// A short stretch of work the optimiser cannot remove.
 #[inline(never)]
 fn spin(n: u64) -> u64 {
@@ -285,9 +304,7 @@ pub fn ticker(c: Common, hz: u64) -> Result<(), String> {
     let mut late = Vec::new();
     let mut next = start + step;
     while next < end {
-        let ts = libc::timespec { tv_sec: (next / 1_000_000_000) as libc::time_t, tv_nsec: (next % 1_000_000_000) as libc::c_long };
-        // SAFETY: valid timespec; absolute sleep, null remainder allowed.
-        while unsafe { libc::clock_nanosleep(libc::CLOCK_MONOTONIC, libc::TIMER_ABSTIME, &ts, std::ptr::null_mut()) } == libc::EINTR {}
+        sleep_until_mono(next);
         late.push(mono_ns().saturating_sub(next));
         next += step;
     }
