@@ -73,7 +73,7 @@ static bool charge(struct task_struct *p, struct task_ctx *tctx)
 	 * A task of a cgroup with no weight state (BW_STAT_UNWEIGHTED) is
 	 * charged as if it were alone on the machine with its nice weight.
 	 */
-	share = cg_share(tctx) ?: BW_SHARE_ONE / 100 * (p->scx.weight ?: 1);
+	share = cg_share(tctx) ?: BW_SHARE_ONE / BW_WEIGHT_NICE_0 * task_weight(p);
 	vtime = p->scx.dsq_vtime + delta * BW_SHARE_ONE / share;
 	if (vtime_before(vtime_now + VTIME_MAX_LEAD_NS, vtime)) {
 		vtime = vtime_now + VTIME_MAX_LEAD_NS;
@@ -415,7 +415,7 @@ void BPF_STRUCT_OPS(bw_set_weight, struct task_struct *p, u32 weight)
 	struct task_ctx *tctx = task_ctx(p);
 
 	if (tctx)
-		cg_reweight_task(tctx, weight);
+		cg_reweight_task(p, tctx);
 }
 
 void BPF_STRUCT_OPS(bw_enable, struct task_struct *p)

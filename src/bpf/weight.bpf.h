@@ -5,8 +5,8 @@
  *
  * CFS shares a contended CPU level by level: at each cgroup, between its
  * runnable tasks and its child cgroups that have runnable work, in proportion
- * to their weights (task weight from nice, cgroup weight from cpu.weight; 100
- * is the default of both). Here that tree is not walked when picking a task.
+ * to their weights (task weight from nice, cgroup weight from cpu.weight;
+ * the defaults, nice 0 and 100, weigh the same). Here that tree is not walked when picking a task.
  * Instead each task's vtime advances by the time it ran divided by its share
  * of the machine, the product of its fractions along the path from the root:
  *
@@ -26,18 +26,56 @@
  *
  * Like CFS, a throttled group's parked tasks do not count: while throttled,
  * its siblings share as if it had nothing to run.
+ *
+ * Weights are in CFS's own units (nice 0 = 1024, cpu.weight 100 = 1024), so
+ * that nice levels split a CPU exactly as CFS splits it. sched_ext hands a
+ * scheduler p->scx.weight instead, the load weight rounded to cgroup units
+ * (nice 0 = 100): nice 5 becomes 33 where CFS has 335/1024 = 32.7, nice 19
+ * becomes 1 where CFS has 1.46, a third less. The task's weight is taken from
+ * its nice level (and SCHED_IDLE) with the kernel's table instead.
  */
 #ifndef __SCX_BANDWIDTH_WEIGHT_BPF_H
 #define __SCX_BANDWIDTH_WEIGHT_BPF_H
 
 #include "intf.h"
 
+/* The kernel's sched_prio_to_weight: the load weight of nice -20 .. 19. */
+static const u32 nice_weights[40] = {
+	88761, 71755, 56483, 46273, 36291, 29154, 23254, 18705, 14949, 11916,
+	9548,  7620,  6100,  4904,  3906,  3121,  2501,  1991,  1586,  1277,
+	1024,  820,   655,   526,   423,   335,   272,   215,   172,   137,
+	110,   87,    70,    56,    45,    36,    29,    23,    18,    15,
+};
+
+#define BW_WEIGHT_NICE_0	1024
+#define BW_WEIGHT_IDLEPRIO	3	/* SCHED_IDLE, as CFS weighs it */
+#define BW_SCHED_IDLE		5
+#define BW_MAX_RT_PRIO		100
+
+/* @p's load weight as CFS computes it. */
+static __always_inline u32 task_weight(const struct task_struct *p)
+{
+	s32 prio = p->static_prio - BW_MAX_RT_PRIO;
+
+	if (p->policy == BW_SCHED_IDLE)
+		return BW_WEIGHT_IDLEPRIO;
+	if (prio < 0 || prio >= 40)
+		return BW_WEIGHT_NICE_0;
+	return nice_weights[prio];
+}
+
+/* cpu.weight (1..10000, default 100) in load weight units, rounded as CFS does. */
+static __always_inline u32 cgroup_weight(u32 cpu_weight)
+{
+	return ((cpu_weight ?: 100) * BW_WEIGHT_NICE_0 + 50) / 100;
+}
+
 struct cg_ctx {
 	/* Serialises the counters below and the weight against them. */
 	struct bpf_spin_lock lock;
 	/* Parent cgroup's id; 0 for the root. */
 	u64 parent;
-	/* cpu.weight, 1..10000. */
+	/* cpu.weight in load weight units (cgroup_weight). */
 	u32 weight;
 	/* The weight counted in the parent's active_sum while this is active. */
 	u32 contrib;
@@ -101,7 +139,7 @@ static __always_inline void cg_activate(struct task_struct *p, struct task_ctx *
 	if (tctx->act_cgid || !tctx->cgid)
 		return;
 	tctx->act_cgid = tctx->cgid;
-	tctx->act_weight = p->scx.weight ?: 1;
+	tctx->act_weight = task_weight(p);
 	cg_apply(tctx->act_cgid, 1, tctx->act_weight);
 }
 
@@ -116,24 +154,26 @@ static __always_inline void cg_deactivate(struct task_ctx *tctx)
 }
 
 /* A task's weight changed (nice): count the new one. */
-static __always_inline void cg_reweight_task(struct task_ctx *tctx, u32 weight)
+static __always_inline void cg_reweight_task(struct task_struct *p, struct task_ctx *tctx)
 {
+	u32 weight = task_weight(p);
 	s64 dw = (s64)weight - tctx->act_weight;
 
-	if (!tctx->act_cgid || !weight)
+	if (!tctx->act_cgid)
 		return;
 	tctx->act_weight = weight;
 	cg_apply(tctx->act_cgid, 0, dw);
 }
 
 /* cpu.weight of @cgid changed: if it is active, its parent counts the new one. */
-static void cg_reweight(u64 cgid, u32 weight)
+static void cg_reweight(u64 cgid, u32 cpu_weight)
 {
 	struct cg_ctx *c = bpf_map_lookup_elem(&cg_ctxs, &cgid);
+	u32 weight = cgroup_weight(cpu_weight);
 	s64 dw = 0;
 	u64 parent;
 
-	if (!c || !weight)
+	if (!c)
 		return;
 	bpf_spin_lock(&c->lock);
 	c->weight = weight;
@@ -147,11 +187,11 @@ static void cg_reweight(u64 cgid, u32 weight)
 }
 
 /* A new cgroup (or one existing at attach, parents first). */
-static void cg_create(struct cgroup *cgrp, u32 weight)
+static void cg_create(struct cgroup *cgrp, u32 cpu_weight)
 {
 	struct cg_ctx c = {
-		.weight = weight ?: 100,
-		.contrib = weight ?: 100,
+		.weight = cgroup_weight(cpu_weight),
+		.contrib = cgroup_weight(cpu_weight),
 	};
 	u64 cgid = cgrp->kn->id;
 
