@@ -627,7 +627,7 @@ pub fn all() -> Vec<Scenario> {
         ),
         custom(
             "burst_latency",
-            "100ms/100ms + 100ms burst, 2 threads burning 60ms every 200ms: never throttled, p99 burn <= 80ms",
+            "100ms/100ms + 100ms burst, 2 threads burning 60ms every 200ms: never throttled, p99 burn <= 70ms",
             false,
             Limit { burst_us: 100_000, ..lim("t/a", 100_000, 100_000) },
             bursty_burst,
@@ -1091,19 +1091,23 @@ fn sigint_throttled(ctx: &mut Ctx) -> Result<(), String> {
     Ok(())
 }
 
-/// Two threads burning 60 ms of CPU then sleeping 140 ms for 10 s: 0.6 CPU on average,
+/// Two threads burning 60 ms of CPU then sleeping 140 ms for 20 s: 0.6 CPU on average,
 /// 1.2 CPUs while both burn. Under a strict 1-CPU quota the peaks are throttled: the p99
 /// wall time of a burn exceeds 66 ms and the group shows throttled periods. With a 100 ms
 /// burst the unused quota of the quiet periods covers the peaks: no throttled period, no
 /// task ever parked, and p99 <= BURST_P99_MS. With the scheduler, its statistics are
 /// checked too: usage against cgroupfs (±5 %), and the used-based burst figures.
 ///
-/// BURST_P99_MS is not the 66 ms the issue asks for: with bandwidth control out of the way
-/// (nothing throttled or parked) the p99 of a 60 ms burn measured 62.9-73.9 ms in 12 runs
-/// under TCG, against 62.6-65.0 ms for the kernel's CFS in the same VM. The excess is the
-/// base scheduler and the agent competing with the burns (the same spread shows with no
-/// limits at all), not throttling; the issue stays open on it.
-const BURST_P99_MS: f64 = 80.0;
+/// BURST_P99_MS is not the 66 ms the issue asks for: with nothing throttled or parked, the
+/// p99 of a 60 ms burn (the second slowest of 196) measured 63.6-68.6 ms in 8 runs under
+/// TCG, against 62.8-64.2 ms for the kernel's CFS in the same VM (3 runs). The slow burns
+/// waited on a run queue for 4-10 ms, or ran 3 ms long with almost no wait (a stalled
+/// vCPU); the agent, waking for each 100 ms refill (about 1 ms of CPU under TCG), preempts
+/// a burn for every refill that falls inside one. The issue stays open on it.
+const BURST_P99_MS: f64 = 70.0;
+/// Long enough for 100+ burns per thread: the nearest-rank p99 of fewer than 100 burns is
+/// the slowest one.
+const BURSTY_S: u64 = 20;
 
 fn bursty(ctx: &mut Ctx, burst: bool) -> Result<(), String> {
     // The group exists and is idle for a few periods first, so its pool holds what an
@@ -1115,11 +1119,11 @@ fn bursty(ctx: &mut Ctx, burst: bool) -> Result<(), String> {
         pin: None,
     };
     let span = StatsSpan::start(ctx, "t/a")?;
-    // 10 s: ~98 burns, so the nearest-rank p99 is the second slowest burn and one
-    // outlier alone (TCG) does not decide it.
-    let idx = ctx.spawn(&w, 10)?;
+    // ~196 burns: the nearest-rank p99 is the second slowest, one outlier alone (TCG)
+    // does not decide it.
+    let idx = ctx.spawn(&w, BURSTY_S)?;
     ctx.check_on_scx(idx);
-    let st = ctx.wait_workload(idx, Duration::from_secs(30))?;
+    let st = ctx.wait_workload(idx, Duration::from_secs(BURSTY_S + 20))?;
     if st.code() != Some(0) {
         return Err(format!("duty workload {}", crate::sched::describe(st)));
     }
@@ -1129,8 +1133,8 @@ fn bursty(ctx: &mut Ctx, burst: bool) -> Result<(), String> {
     ctx.figure("p99_ms", format!("{:.1}", d.p99_ms));
     ctx.figure("max_ms", format!("{:.1}", d.max_ms));
     ctx.figure("slowest", &d.slowest);
-    if d.burns < 70 {
-        ctx.fail(format!("only {} burns in 10 s", d.burns));
+    if d.burns < 180 {
+        ctx.fail(format!("only {} burns in {BURSTY_S} s", d.burns));
     }
     if burst && d.p99_ms > BURST_P99_MS {
         ctx.fail(format!("p99 burn {:.1} ms with a burst, above {BURST_P99_MS} ms", d.p99_ms));
