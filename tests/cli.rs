@@ -10,8 +10,16 @@ fn run(args: &[&str]) -> (i32, String) {
 }
 
 fn config(name: &str, text: &[u8]) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("scxbw-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    // One fresh directory per test process: a directory left by an earlier run whose pid
+    // this one reuses would hand back files with that run's modes (std::fs::write keeps an
+    // existing file's mode), and a test that chmods a file would see it changed already.
+    static DIR: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    let dir = DIR.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("scxbw-cli-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    });
     let p = dir.join(name);
     std::fs::write(&p, text).unwrap();
     p
