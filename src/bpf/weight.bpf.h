@@ -6,9 +6,10 @@
  * CFS shares a contended CPU level by level: at each cgroup, between its
  * runnable tasks and its child cgroups that have runnable work, in proportion
  * to their weights (task weight from nice, cgroup weight from cpu.weight;
- * the defaults, nice 0 and 100, weigh the same). Here that tree is not walked when picking a task.
- * Instead each task's vtime advances by the time it ran divided by its share
- * of the machine, the product of its fractions along the path from the root:
+ * the defaults, nice 0 and 100, weigh the same). Here that tree is not walked
+ * when picking a task. Instead each task's vtime advances by the time it ran
+ * divided by its share of the machine, the product of its fractions along the
+ * path from the root:
  *
  *   share(task in C) = w(task) / active(C) * w(C) / active(parent(C)) * ...
  *
