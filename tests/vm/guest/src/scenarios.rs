@@ -1099,7 +1099,7 @@ fn sigint_throttled(ctx: &mut Ctx) -> Result<(), String> {
 /// checked too: usage against cgroupfs (±5 %), and the used-based burst figures.
 ///
 /// BURST_P99_MS is not the 66 ms the issue asks for: with nothing throttled or parked, the
-/// p99 of a 60 ms burn (the second slowest of 196) measured 63.6-68.6 ms in 11 runs under
+/// p99 of a 60 ms burn (the second slowest of 196) measured 63.6-68.6 ms in 12 runs under
 /// TCG, against 62.8-64.2 ms for the kernel's CFS in the same VM (3 runs). The slow burns
 /// waited on a run queue for 4-10 ms, or ran 3 ms long with almost no wait (a stalled
 /// vCPU); the agent, waking for each 100 ms refill (about 1 ms of CPU under TCG), preempts
