@@ -166,7 +166,19 @@ fn unreadable_config_exits_2() {
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o000)).unwrap();
         cmd = Command::new(env!("CARGO_BIN_EXE_scx_bandwidth"));
     }
-    let out = cmd.args(["--config", p.to_str().unwrap()]).output().unwrap();
+    cmd.args(["--config", p.to_str().unwrap()]);
+    // The copy was just written: a child another test forks meanwhile holds its write
+    // descriptor until it execs, and exec of the copy then fails with ETXTBSY. Retry.
+    let mut tries = 0;
+    let out = loop {
+        match cmd.output() {
+            Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy && tries < 50 => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            r => break r.unwrap(),
+        }
+    };
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("secret.toml: cannot read") && err.contains("Permission denied"), "{err}");
