@@ -263,6 +263,15 @@ impl<'a> Scheduler<'a> {
         unsafe { std::sync::atomic::AtomicU64::from_ptr(gen) }.fetch_add(1, Ordering::AcqRel);
     }
 
+    /// Raise bw_nr_slots (the end of BPF's loops over the groups) to cover
+    /// `slot`, before the slot is mapped.
+    fn cover_slot(&mut self, slot: usize) {
+        let bss = self.bss();
+        let n = &raw mut bss.bw_nr_slots;
+        // SAFETY: aligned u32 in the mmapped .bss; only the agent writes it.
+        unsafe { AtomicU32::from_ptr(n) }.fetch_max(slot as u32 + 1, Ordering::Release);
+    }
+
     fn clear_slack_pending(&mut self, slot: usize) {
         let g = &mut self.bss().bw_groups[slot];
         // SAFETY: aligned u32 in the mmapped .bss; BPF sets it with a CAS.
@@ -384,6 +393,7 @@ impl<'a> Scheduler<'a> {
         self.pool(slot).store(full, Ordering::Release);
         let usage = self.bss().bw_groups[slot].usage;
         self.bss().bw_groups[slot].cgid = cgid;
+        self.cover_slot(slot);
         self.skel
             .maps
             .cgid_slot

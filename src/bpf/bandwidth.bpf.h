@@ -46,6 +46,21 @@ volatile u64 bw_cfg_gen = 1;
  * configured cgroups' paths only when this moved (or every few seconds).
  */
 volatile u64 bw_cgroup_seq;
+/*
+ * Every slot the agent ever mapped is below this; it raises it before it maps
+ * a cgroup to a new slot. Loops over the groups stop here: the safety net
+ * walks them every BW_SAFETY_TICK_NS in softirq context, and a walk of all
+ * BW_MAX_GROUPS slots takes that time from whatever task runs on the CPU
+ * (under TCG a 60 ms burn was seen taking 82 ms without being switched out).
+ */
+volatile u32 bw_nr_slots;
+
+static __always_inline u32 bw_slots(void)
+{
+	u32 n = READ_ONCE(bw_nr_slots);
+
+	return n < BW_MAX_GROUPS ? n : BW_MAX_GROUPS;
+}
 
 /* cgroup id -> slot in bw_groups, for limited cgroups only. */
 struct {
@@ -580,7 +595,7 @@ static void bw_reclaim_cpu(s32 cpu)
 	u32 slot;
 
 	stat_inc(BW_STAT_HOTPLUG);
-	bpf_for(slot, 0, BW_MAX_GROUPS) {
+	bpf_for(slot, 0, bw_slots()) {
 		struct bw_cpu *c = bpf_map_lookup_percpu_elem(&bw_cpus, &slot, cpu);
 		struct bw_group *g;
 		s64 rt;
@@ -752,7 +767,7 @@ static int bw_safety_tick(void *map, int *key, struct safety_timer *st)
 	bool any = false;
 	s32 slot;
 
-	bpf_for(slot, 0, BW_MAX_GROUPS) {
+	bpf_for(slot, 0, bw_slots()) {
 		struct bw_group *g = bw_group(slot);
 
 		if (g && bw_safety_refill(g, slot, now))
@@ -799,7 +814,7 @@ static void bw_safety_release(void)
 	if (!READ_ONCE(bw_safety_pending))
 		return;
 	WRITE_ONCE(bw_safety_pending, 0);
-	bpf_for(slot, 0, BW_MAX_GROUPS) {
+	bpf_for(slot, 0, bw_slots()) {
 		struct bw_group *g = bw_group(slot);
 
 		if (!g || !READ_ONCE(g->safety_release))

@@ -550,7 +550,7 @@ void BPF_STRUCT_OPS(bw_dump, struct scx_dump_ctx *dctx)
 {
 	scx_bpf_dump("scx_bandwidth: cfg_gen=%llu vtime_now=%llu\n", bw_cfg_gen, vtime_now);
 	s32 slot;
-	bpf_for(slot, 0, BW_MAX_GROUPS) {
+	bpf_for(slot, 0, bw_slots()) {
 		struct bw_group *g = bw_group(slot);
 
 		if (!g || !g->cgid)
