@@ -1121,12 +1121,14 @@ fn bursty(ctx: &mut Ctx, burst: bool) -> Result<(), String> {
     let span = StatsSpan::start(ctx, "t/a")?;
     // ~196 burns: the nearest-rank p99 is the second slowest, one outlier alone (TCG)
     // does not decide it.
+    let threads0 = crate::sched::all_threads();
     let idx = ctx.spawn(&w, BURSTY_S)?;
     ctx.check_on_scx(idx);
     let st = ctx.wait_workload(idx, Duration::from_secs(BURSTY_S + 20))?;
     if st.code() != Some(0) {
         return Err(format!("duty workload {}", crate::sched::describe(st)));
     }
+    ctx.figure("busiest_others", busiest_threads(&threads0, 4));
     let d = crate::workload::parse_duty(&ctx.output(idx)).ok_or("no DUTY line from the workload")?;
     ctx.figure("burns", d.burns);
     ctx.figure("p50_ms", format!("{:.1}", d.p50_ms));
@@ -1161,6 +1163,20 @@ fn bursty(ctx: &mut Ctx, burst: bool) -> Result<(), String> {
     Ok(())
 }
 
+/// The `n` threads (other than the workload's, which have exited) that used the most CPU
+/// since `before` was taken, as name[tid]:ms/times run: what the workload competed with.
+fn busiest_threads(before: &std::collections::BTreeMap<(u32, u32), (String, u64, u64)>, n: usize) -> String {
+    let mut used: Vec<(u64, String)> = crate::sched::all_threads()
+        .into_iter()
+        .map(|(key, (name, run, runs))| {
+            let (run0, runs0) = before.get(&key).map(|b| (b.1, b.2)).unwrap_or_default();
+            (run.saturating_sub(run0), format!("{name}[{}]:{:.1}ms/{}", key.1, (run.saturating_sub(run0)) as f64 / 1e6, runs.saturating_sub(runs0)))
+        })
+        .collect();
+    used.sort_by(|a, b| b.0.cmp(&a.0));
+    used.into_iter().take(n).map(|u| u.1).collect::<Vec<_>>().join(",")
+}
+
 fn bursty_strict(ctx: &mut Ctx) -> Result<(), String> {
     bursty(ctx, false)
 }
@@ -1175,8 +1191,8 @@ struct StatsSpan {
     cgroup: &'static str,
     before: serde_json::Value,
     usage0: u64,
-    /// CPU time of the scheduler process (agent) at the start, in clock ticks.
-    agent0: u64,
+    /// CPU ns and times run of the scheduler's (agent's) threads at the start, by name.
+    agent0: std::collections::BTreeMap<String, (u64, u64)>,
 }
 
 /// Deltas of a [`StatsSpan`].
@@ -1196,7 +1212,7 @@ impl StatsSpan {
             cgroup,
             before: crate::stats::fetch()?,
             usage0: crate::cgroup::read_usage_usec(cgroup)?,
-            agent0: ctx.sched_pid().and_then(crate::sched::cpu_ticks).unwrap_or(0),
+            agent0: ctx.sched_pid().map(crate::sched::threads_by_name).unwrap_or_default(),
         }))
     }
 
@@ -1214,8 +1230,20 @@ impl StatsSpan {
         for f in ["throttled_usec", "burst_usec", "used_burst_usec"] {
             ctx.figure(format!("st.{}", f.replace("_usec", "_ms")), format!("{:.1}", d(f)? / 1e3));
         }
-        if let Some(t) = ctx.sched_pid().and_then(crate::sched::cpu_ticks) {
-            ctx.figure("agent_cpu_ms", (t - span.agent0) * 1000 / crate::sched::clock_ticks());
+        // The agent's CPU time and wakeups over the span (its statistics request at
+        // either end included), and by thread: which of them competes with the workload.
+        if let Some(now) = ctx.sched_pid().map(crate::sched::threads_by_name) {
+            let per: Vec<(String, u64, u64)> = now
+                .iter()
+                .map(|(name, &(run, runs))| {
+                    let (run0, runs0) = span.agent0.get(name).copied().unwrap_or_default();
+                    (name.clone(), run.saturating_sub(run0), runs.saturating_sub(runs0))
+                })
+                .collect();
+            ctx.figure("agent_cpu_ms", format!("{:.1}", per.iter().map(|p| p.1).sum::<u64>() as f64 / 1e6));
+            let threads: Vec<String> =
+                per.iter().map(|(n, run, runs)| format!("{n}:{:.1}ms/{runs}", *run as f64 / 1e6)).collect();
+            ctx.figure("agent_threads", threads.join(","));
         }
         let ratio = usage / cg_usage.max(1.0);
         ctx.figure("st.usage_vs_cgroupfs", format!("{ratio:.3}"));
@@ -1848,7 +1876,17 @@ fn stress(ctx: &mut Ctx) -> Result<(), String> {
     };
     sleep(SKIP);
     let names: Vec<&str> = limits.iter().map(|l| l.cgroup).collect();
+    let agent0 = ctx.sched_pid().and_then(process_cpu).map(|c| (Instant::now(), c));
     let used = ctx.measure(&names, RUN - SKIP - Duration::from_secs(2));
+    // How much of a CPU the agent took meanwhile, and how often its threads ran: what
+    // a period timer as short as 1 ms costs in user space here.
+    if let Some((t0, (ns0, runs0))) = agent0 {
+        if let Some((ns, runs)) = ctx.sched_pid().and_then(process_cpu) {
+            let secs = t0.elapsed().as_secs_f64();
+            ctx.figure("agent_cpus", format!("{:.3}", ns.saturating_sub(ns0) as f64 / 1e9 / secs));
+            ctx.figure("agent_runs_per_s", format!("{:.0}", runs.saturating_sub(runs0) as f64 / secs));
+        }
+    }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let moves = moves.join().map_err(|_| "mover panicked".to_string())?;
     let used = used?;

@@ -67,6 +67,38 @@ pub fn thread_schedstat(pid: u32, tid: u32) -> Option<(u64, u64, u64)> {
     Some((f.next()??, f.next()??, f.next()??))
 }
 
+/// CPU ns and times run of each thread of `pid`, summed by thread name (comm).
+pub fn threads_by_name(pid: u32) -> std::collections::BTreeMap<String, (u64, u64)> {
+    let mut by = std::collections::BTreeMap::new();
+    for tid in threads(pid) {
+        let (Some((run, _, runs)), Ok(comm)) =
+            (thread_schedstat(pid, tid), fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm")))
+        else {
+            continue;
+        };
+        let e: &mut (u64, u64) = by.entry(comm.trim().to_string()).or_default();
+        e.0 += run;
+        e.1 += runs;
+    }
+    by
+}
+
+/// CPU ns and times run of every thread of the machine, by (pid, tid), with its name.
+pub fn all_threads() -> std::collections::BTreeMap<(u32, u32), (String, u64, u64)> {
+    let mut all = std::collections::BTreeMap::new();
+    let Ok(procs) = fs::read_dir("/proc") else { return all };
+    for pid in procs.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok()) {
+        for tid in threads(pid) {
+            if let (Some((run, _, runs)), Ok(comm)) =
+                (thread_schedstat(pid, tid), fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm")))
+            {
+                all.insert((pid, tid), (comm.trim().to_string(), run, runs));
+            }
+        }
+    }
+    all
+}
+
 /// Thread ids of process `pid` (empty when it is gone).
 pub fn threads(pid: u32) -> Vec<u32> {
     fs::read_dir(format!("/proc/{pid}/task"))
