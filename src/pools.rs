@@ -90,7 +90,13 @@ pub fn worth_distributing(pool: i64, slice: u64) -> bool {
 #[derive(Clone, Debug)]
 pub struct PeriodTimer {
     period: Duration,
-    next: Instant,
+    /// The last period boundary expired (or the start).
+    last: Instant,
+    /// Periods between expiries: 1, or more for a short period that BPF refills
+    /// on its grid (the agent then only books them).
+    every: u32,
+    /// The deadline that expired last, for [`Self::lateness`].
+    expired: Instant,
 }
 
 impl PeriodTimer {
@@ -98,35 +104,50 @@ impl PeriodTimer {
     /// the kernel's period timers do: refills of many groups on one grid would
     /// release all their parked tasks at the same instant.
     pub fn new(period: Duration, start: Instant) -> Self {
-        Self { period, next: start + period }
+        Self { period, last: start, every: 1, expired: start }
     }
 
     pub fn deadline(&self) -> Instant {
-        self.next
+        self.last + self.period * self.every
     }
 
     pub fn period(&self) -> Duration {
         self.period
     }
 
-    /// If the timer expired at `now`, advance it past `now` and return how
-    /// many periods elapsed (1 when on time, more when the agent was late).
-    pub fn expire(&mut self, now: Instant) -> Option<u64> {
-        if now < self.next {
-            return None;
-        }
-        let late = now.duration_since(self.next).as_nanos();
-        let overrun = (late / self.period.as_nanos()) as u64 + 1;
-        self.next += self.period * overrun as u32;
-        Some(overrun)
+    /// Expire every `n` periods from the next deadline on (at least 1).
+    pub fn set_every(&mut self, n: u32) {
+        self.every = n.max(1);
     }
 
-    /// How late `now` is relative to the deadline that expired (for the
-    /// agent's own timer-lateness statistic).
-    pub fn lateness(&self, now: Instant, overrun: u64) -> Duration {
-        let expired = self.next - self.period * overrun as u32;
-        now.saturating_duration_since(expired)
+    /// If the timer expired at `now`, advance it to the last period boundary
+    /// before `now` and return how many periods elapsed since the previous expiry
+    /// (1 when on time with `every` 1, more when the agent was late).
+    pub fn expire(&mut self, now: Instant) -> Option<u64> {
+        let due = self.deadline();
+        if now < due {
+            return None;
+        }
+        let n = (now.duration_since(self.last).as_nanos() / self.period.as_nanos().max(1)) as u64;
+        self.last += self.period * n as u32;
+        self.expired = due;
+        Some(n)
     }
+
+    /// How late `now` is relative to the deadline that expired last (for the
+    /// agent's own timer-lateness statistic).
+    pub fn lateness(&self, now: Instant) -> Duration {
+        now.saturating_duration_since(self.expired)
+    }
+}
+
+/// Periods the agent lets pass between its expiries of a short period that
+/// BPF refills (BW_SHORT_PERIOD_NS / period, rounded up); 1 for the others.
+pub fn short_period_stride(period: Duration, short: Duration) -> u32 {
+    if period.is_zero() || period >= short {
+        return 1;
+    }
+    short.as_nanos().div_ceil(period.as_nanos()) as u32
 }
 
 /// Periods of usage history kept per group.
@@ -342,9 +363,39 @@ mod tests {
         let overrun = t.expire(t0 + Duration::from_millis(450)).unwrap();
         assert_eq!(overrun, 4);
         assert_eq!(t.deadline(), t0 + Duration::from_millis(500));
-        assert_eq!(t.lateness(t0 + Duration::from_millis(450), overrun), Duration::from_millis(350));
+        assert_eq!(t.lateness(t0 + Duration::from_millis(450)), Duration::from_millis(350));
         // One refill for the whole overrun: capped at quota + burst.
         assert_eq!(refill(0, 30 * MS, 10 * MS), 30 * MS as i64);
         assert_eq!(t.expire(t0 + Duration::from_millis(460)), None);
+    }
+
+    #[test]
+    fn short_period_expires_every_n_periods_and_counts_them() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis(1);
+        let mut t = PeriodTimer::new(ms, t0);
+        assert_eq!(t.expire(t0 + ms), Some(1));
+        t.set_every(10);
+        assert_eq!(t.deadline(), t0 + ms * 11);
+        assert_eq!(t.expire(t0 + ms * 10), None);
+        // 0.4 ms late: the ten periods ending at 2..11 ms.
+        assert_eq!(t.expire(t0 + ms * 11 + ms * 2 / 5), Some(10));
+        assert_eq!(t.lateness(t0 + ms * 11 + ms * 2 / 5), ms * 2 / 5);
+        assert_eq!(t.deadline(), t0 + ms * 21);
+        // Back to every period (BPF stopped refilling): one period per expiry.
+        t.set_every(1);
+        assert_eq!(t.expire(t0 + ms * 12), Some(1));
+        assert_eq!(t.deadline(), t0 + ms * 13);
+    }
+
+    #[test]
+    fn stride_covers_the_short_period_threshold() {
+        let short = Duration::from_millis(10);
+        assert_eq!(short_period_stride(Duration::from_millis(1), short), 10);
+        assert_eq!(short_period_stride(Duration::from_micros(3_000), short), 4);
+        assert_eq!(short_period_stride(Duration::from_micros(9_999), short), 2);
+        assert_eq!(short_period_stride(short, short), 1);
+        assert_eq!(short_period_stride(Duration::from_millis(100), short), 1);
+        assert_eq!(short_period_stride(Duration::ZERO, short), 1);
     }
 }

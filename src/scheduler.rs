@@ -83,8 +83,10 @@ pub struct Group {
     /// Burst figures and usage history, booked at each refill.
     pub book: PeriodBook,
     /// bw_group.refilled_at as the agent last wrote it: a newer value there means
-    /// the BPF safety net refilled meanwhile.
+    /// the BPF safety net or short-period timer refilled meanwhile.
     agent_refilled_ns: u64,
+    /// bw_group.nr_short_throttled at the last refill.
+    seen_short_throttled: u64,
 }
 
 impl Group {
@@ -101,6 +103,7 @@ impl Group {
             nr_throttled: 0,
             seen_parked: 0,
             agent_refilled_ns: 0,
+            seen_short_throttled: 0,
             book: PeriodBook::default(),
         }
     }
@@ -700,7 +703,7 @@ impl<'a> Scheduler<'a> {
     /// Period timer expiry for `slot`: count the periods, refill the pool
     /// once and release the group's parked tasks.
     fn refill(&mut self, slot: usize, overrun: u64) -> Result<()> {
-        let (throttled, parked, usage) = {
+        let (throttled, parked, usage, short_throttled) = {
             let g = &self.bss().bw_groups[slot];
             // SAFETY: plain reads of fields BPF updates concurrently.
             unsafe {
@@ -708,25 +711,53 @@ impl<'a> Scheduler<'a> {
                     std::ptr::read_volatile(&g.throttled),
                     std::ptr::read_volatile(&g.nr_parked),
                     std::ptr::read_volatile(&g.usage),
+                    std::ptr::read_volatile(&g.nr_short_throttled),
                 )
             }
         };
         let (q, b) = self.groups[slot].limits_ns(self.no_burst);
-        // The safety net refilled while we were away: that was this period's refill.
-        let (left, refilled) = if self.refill_stamp(slot) > self.groups[slot].agent_refilled_ns {
+        // The safety net, or a short period's BPF timer, refilled since our last
+        // refill: that was this period's refill.
+        let stamp = self.refill_stamp(slot);
+        let bpf_refilled = stamp > self.groups[slot].agent_refilled_ns;
+        let (left, refilled) = if bpf_refilled {
             let cur = self.pool(slot).load(Ordering::Acquire);
             (cur, cur)
         } else {
             pools::refill_shared(self.pool(slot), q, b)
         };
-        self.stamp_refill(slot);
+        // A short period whose BPF timer refills it on its grid (it did within the
+        // last `stride` periods, the span the agent now sleeps): the agent only
+        // books, every `stride` periods, and leaves refilled_at to BPF (a stamp of
+        // ours could fall between a grid point and the timer's run and make it
+        // skip that refill). If BPF stopped refilling, the agent refills every
+        // period again.
+        let period = Duration::from_micros(self.groups[slot].cfg.period_us);
+        let short = Duration::from_nanos(bpf_intf::bw_consts_BW_SHORT_PERIOD_NS as u64);
+        let stride = pools::short_period_stride(period, short);
+        let window = period.as_nanos() as u64 * u64::from(stride);
+        let bpf_timed = stride > 1 && bpf_refilled && stats::monotonic_ns().saturating_sub(stamp) < window;
+        if !bpf_timed {
+            self.stamp_refill(slot);
+        }
 
         let g = &mut self.groups[slot];
         g.nr_periods += overrun;
-        if throttled != 0 {
+        // BPF counted the grid points at which such a group was throttled.
+        let short_throttled_periods = short_throttled.saturating_sub(g.seen_short_throttled);
+        g.seen_short_throttled = short_throttled;
+        if bpf_timed {
+            g.nr_throttled += short_throttled_periods.min(overrun);
+        } else if throttled != 0 {
             g.nr_throttled += overrun;
         }
+        if let Some(t) = g.timer.as_mut() {
+            t.set_every(if bpf_timed { stride } else { 1 });
+        }
         let unused = usage == g.book.usage_at_refill;
+        // The pool-based burst figure needs the pool right after our last refill; BPF
+        // refilled it since, every period: not counted for such a group.
+        let left = if bpf_timed { g.book.snap } else { left };
         g.close_period(left, refilled, usage, overrun, Instant::now());
         // The refill distributes whatever slack was waiting.
         g.slack_at = None;
@@ -875,7 +906,7 @@ impl<'a> Scheduler<'a> {
                 continue;
             }
             let live = !g.idle && !g.free && g.timer.as_ref().is_some_and(|t| t.deadline() == d.at);
-            let expired = g.timer.as_mut().filter(|_| live).and_then(|t| t.expire(now).map(|n| (n, t.lateness(now, n))));
+            let expired = g.timer.as_mut().filter(|_| live).and_then(|t| t.expire(now).map(|n| (n, t.lateness(now))));
             if let Some((overrun, late)) = expired {
                 self.note_lateness(late);
                 self.refill(d.slot, overrun)?;

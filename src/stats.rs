@@ -107,6 +107,12 @@ pub struct Metrics {
     pub event_lost: u64,
     #[stat(desc = "Refills the BPF safety net did while the agent was stalled")]
     pub safety_refills: u64,
+    #[stat(desc = "Refills of groups with a period under 10 ms done by their BPF timer on the period grid")]
+    pub short_period_refills: u64,
+    #[stat(desc = "Tasks of a short-period group stopped by the slice timer when their runtime ran out, before the next tick")]
+    pub slice_timer_kicks: u64,
+    #[stat(desc = "Period boundaries of short-period groups their BPF timer passed unfired, being late by more than a period (one refill covers them, as a late kernel timer's does)")]
+    pub short_period_missed: u64,
     #[stat(desc = "CPUs that went offline or came online while attached")]
     pub hotplug: u64,
     #[stat(desc = "Local runtime CPUs gave back to pools when going offline or coming online (µs)")]
@@ -146,6 +152,9 @@ pub fn counters_into(m: &mut Metrics, counters: &[u64]) {
     m.slack_returned_usec = c(bpf_intf::bw_stat_idx_BW_STAT_SLACK) / 1000;
     m.event_lost = c(bpf_intf::bw_stat_idx_BW_STAT_EVENT_LOST);
     m.safety_refills = c(bpf_intf::bw_stat_idx_BW_STAT_SAFETY);
+    m.short_period_refills = c(bpf_intf::bw_stat_idx_BW_STAT_SHORT_REFILL);
+    m.slice_timer_kicks = c(bpf_intf::bw_stat_idx_BW_STAT_SLICE_KICK);
+    m.short_period_missed = c(bpf_intf::bw_stat_idx_BW_STAT_SHORT_MISSED);
     m.hotplug = c(bpf_intf::bw_stat_idx_BW_STAT_HOTPLUG);
     m.hotplug_returned_usec = c(bpf_intf::bw_stat_idx_BW_STAT_HOTPLUG_NS) / 1000;
     m.deep_chains = c(bpf_intf::bw_stat_idx_BW_STAT_DEEP);

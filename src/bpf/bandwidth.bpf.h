@@ -276,17 +276,23 @@ static __always_inline void bw_refresh_chain(struct task_struct *p, struct task_
 		bw_resolve_chain(p, tctx);
 }
 
+static void bw_short_timer_resume(struct bw_group *g, u32 slot, u64 now);
+
 /*
  * A CPU pulled from the pool of an idle group: its period timer is stopped.
- * Restart the safety net's clock (the last refill may be long ago) and ask the
- * agent to restart the timer. If the ring is full, the agent's next cgroup
- * poll sees idle cleared and restarts it then.
+ * Restart the safety net's clock (the last refill may be long ago), a short
+ * period's BPF timer, and ask the agent to restart its timer. If the ring is
+ * full, the agent's next cgroup poll sees idle cleared and restarts it then.
  */
 static void bw_wake(struct bw_group *g, u32 slot)
 {
+	u64 now;
+
 	if (__sync_val_compare_and_swap(&g->idle, 1, 0) != 1)
 		return;
-	WRITE_ONCE(g->refilled_at, bpf_ktime_get_ns());
+	now = bpf_ktime_get_ns();
+	WRITE_ONCE(g->refilled_at, now);
+	bw_short_timer_resume(g, slot, now);
 	bw_emit(BW_EV_WAKE, slot, g->cgid, 0, 0, 0);
 }
 
@@ -431,8 +437,9 @@ static __always_inline s32 bw_throttled_slot(struct task_ctx *tctx)
 
 /*
  * The smallest local runtime left on this CPU over the chain: a task never
- * gets a time slice longer than its groups can pay for, so it stops exactly
- * when runtime runs out instead of at the next tick.
+ * gets a time slice longer than its groups can pay for. sched_ext acts on a
+ * slice that ran out at the next tick, or, for a group with a short period,
+ * when the slice timer fires (bw_slice_timer_arm).
  */
 static __always_inline u64 bw_slice_cap(struct task_ctx *tctx, u64 slice)
 {
@@ -721,10 +728,35 @@ struct {
 /* Groups marked safety_release are waiting for a dispatch to release them. */
 volatile u64 bw_safety_pending;
 
+/* The agent's refill rule: runtime = min(max(runtime, 0) + quota, quota + burst). */
+static void bw_refill_pool(struct bw_group *g)
+{
+	s32 attempt;
+
+	bpf_for(attempt, 0, 8) {
+		s64 old = READ_ONCE(g->runtime);
+		s64 cap = (s64)(g->quota + g->burst);
+		s64 new = (old > 0 ? old : 0) + (s64)g->quota;
+
+		if (new > cap)
+			new = cap;
+		if (__sync_val_compare_and_swap(&g->runtime, old, new) == old)
+			break;
+	}
+}
+
+/* Have a dispatch release the parked tasks of @g (see bw_safety_release). */
+static void bw_request_release(struct bw_group *g)
+{
+	WRITE_ONCE(g->safety_release, 1);
+	__sync_fetch_and_add(&bw_safety_pending, 1);
+}
+
+static void bw_short_timer_ensure(struct bw_group *g, u32 slot, u64 now);
+
 static bool bw_safety_refill(struct bw_group *g, u32 slot, u64 now)
 {
 	u64 at = READ_ONCE(g->refilled_at), period = g->period;
-	s32 attempt;
 
 	if (!g->cgid || !period || !at)
 		return false;
@@ -745,16 +777,7 @@ static bool bw_safety_refill(struct bw_group *g, u32 slot, u64 now)
 		return false;
 	if (__sync_val_compare_and_swap(&g->refilled_at, at, now) != at)
 		return false;
-	bpf_for(attempt, 0, 8) {
-		s64 old = READ_ONCE(g->runtime);
-		s64 cap = (s64)(g->quota + g->burst);
-		s64 new = (old > 0 ? old : 0) + (s64)g->quota;
-
-		if (new > cap)
-			new = cap;
-		if (__sync_val_compare_and_swap(&g->runtime, old, new) == old)
-			break;
-	}
+	bw_refill_pool(g);
 	__sync_fetch_and_add(&g->nr_safety_refills, 1);
 	stat_inc(BW_STAT_SAFETY);
 	WRITE_ONCE(g->safety_release, 1);
@@ -770,8 +793,11 @@ static int bw_safety_tick(void *map, int *key, struct safety_timer *st)
 	bpf_for(slot, 0, bw_slots()) {
 		struct bw_group *g = bw_group(slot);
 
-		if (g && bw_safety_refill(g, slot, now))
+		if (!g)
+			continue;
+		if (bw_safety_refill(g, slot, now))
 			any = true;
+		bw_short_timer_ensure(g, slot, now);
 	}
 	if (any) {
 		s32 cpu;
@@ -799,6 +825,206 @@ static s32 bw_safety_start(void)
 	if (ret)
 		return ret;
 	return bpf_timer_start(&st->timer, BW_SAFETY_TICK_NS, 0);
+}
+
+/*
+ * Short periods (below BW_SHORT_PERIOD_NS, down to the kernel's 1 ms). The
+ * agent cannot refill such a group in time: a wakeup of a user-space thread
+ * costs a good part of a millisecond when the machine is busy (more under
+ * emulation), a late timer refills once for all the periods it missed, and a
+ * group with a 1 ms period got about half its limit under stress in the TCG
+ * VM. So a BPF timer refills
+ * it on the period grid, stamps refilled_at (the agent then books the period
+ * without refilling, as after a safety refill) and has the timer's CPU
+ * dispatch to release the group's parked tasks. The safety tick starts the
+ * timer of a short-period group that has none running; the timer stops
+ * itself when the group goes idle, is released or its period is changed.
+ *
+ * Second, ticks: sched_ext ends a slice at the next tick after it ran out
+ * (4 ms apart at HZ=250), so a task of a group with 1 ms of runtime ran up
+ * to 4 ms, and while it overran, refills that found the pool full were
+ * lost. When a short-period group cuts a task's slice, a per-CPU timer stops
+ * the task when the slice ends.
+ */
+struct short_timer {
+	struct bpf_timer timer;
+	/* Next grid point (CLOCK_MONOTONIC ns). */
+	u64 next;
+	u32 armed;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, BW_MAX_GROUPS);
+	__type(key, u32);
+	__type(value, struct short_timer);
+} short_timers SEC(".maps");
+
+static __always_inline bool bw_short_period(const struct bw_group *g)
+{
+	u64 period = READ_ONCE(g->period);
+
+	return period && period < BW_SHORT_PERIOD_NS;
+}
+
+static int bw_short_tick(void *map, int *key, struct short_timer *st)
+{
+	u32 slot = *key;
+	struct bw_group *g = bw_group(slot);
+	u64 now = bpf_ktime_get_ns(), period, at, next;
+
+	if (!g || !READ_ONCE(g->cgid) || READ_ONCE(g->idle) || !bw_short_period(g)) {
+		WRITE_ONCE(st->armed, 0);
+		return 0;
+	}
+	period = READ_ONCE(g->period);
+	at = READ_ONCE(g->refilled_at);
+	/* The period ends throttled (the agent's nr_throttled for this group). */
+	if (READ_ONCE(g->throttled))
+		__sync_fetch_and_add(&g->nr_short_throttled, 1);
+	/* This grid point's refill, unless the agent (or a safety refill) did it. */
+	if (at && (s64)(at - st->next) < 0 &&
+	    __sync_val_compare_and_swap(&g->refilled_at, at, now) == at) {
+		bw_refill_pool(g);
+		stat_inc(BW_STAT_SHORT_REFILL);
+		if (READ_ONCE(g->throttled) || scx_bpf_dsq_nr_queued(BW_PARK_DSQ_BASE + slot)) {
+			bw_request_release(g);
+			bw_kick_cpu(bpf_get_smp_processor_id(), SCX_KICK_PREEMPT);
+		}
+	}
+	/* Missed grid points are skipped: one refill for them, as the kernel does. */
+	next = st->next + period;
+	if ((s64)(next - now) <= 0) {
+		stat_add(BW_STAT_SHORT_MISSED, (now - next) / period + 1);
+		next = now + period - (now - next) % period;
+	}
+	st->next = next;
+	bpf_timer_start(&st->timer, next, BPF_F_TIMER_ABS);
+	return 0;
+}
+
+/*
+ * A short-period group's timer stopped when the group went idle; a CPU just
+ * pulled from its pool: restart it now rather than at the next safety tick
+ * (up to 50 ms of refills by the agent alone).
+ */
+static void bw_short_timer_resume(struct bw_group *g, u32 slot, u64 now)
+{
+	struct short_timer *st;
+
+	if (!bw_short_period(g))
+		return;
+	st = bpf_map_lookup_elem(&short_timers, &slot);
+	if (!st || READ_ONCE(st->armed))
+		return;
+	st->next = now + READ_ONCE(g->period);
+	/* Fails (-EINVAL) if the safety tick never initialized it: it will. */
+	if (!bpf_timer_start(&st->timer, st->next, BPF_F_TIMER_ABS))
+		WRITE_ONCE(st->armed, 1);
+}
+
+/* From the safety tick: start the timer of a short-period group lacking one. */
+static void bw_short_timer_ensure(struct bw_group *g, u32 slot, u64 now)
+{
+	struct short_timer *st;
+	u64 period;
+
+	if (!g->cgid || READ_ONCE(g->idle) || !bw_short_period(g))
+		return;
+	st = bpf_map_lookup_elem(&short_timers, &slot);
+	if (!st || READ_ONCE(st->armed))
+		return;
+	/* -EBUSY: initialized before, by an earlier start. */
+	bpf_timer_init(&st->timer, &short_timers, 1 /* CLOCK_MONOTONIC */);
+	if (bpf_timer_set_callback(&st->timer, bw_short_tick))
+		return;
+	period = READ_ONCE(g->period);
+	st->next = now + period;
+	WRITE_ONCE(st->armed, 1);
+	bpf_timer_start(&st->timer, st->next, BPF_F_TIMER_ABS);
+}
+
+/*
+ * The slice timer of a CPU: @seq counts the tasks that started running there,
+ * @armed_seq is the one the timer was set for.
+ */
+struct slice_timer {
+	struct bpf_timer timer;
+	u64 seq;
+	u64 armed_seq;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, BW_MAX_CPUS);
+	__type(key, u32);
+	__type(value, struct slice_timer);
+} slice_timers SEC(".maps");
+
+static int bw_slice_expired(void *map, int *key, struct slice_timer *st)
+{
+	if (READ_ONCE(st->armed_seq) == READ_ONCE(st->seq)) {
+		bw_kick_cpu(*key, SCX_KICK_PREEMPT);
+		stat_inc(BW_STAT_SLICE_KICK);
+	}
+	return 0;
+}
+
+static s32 bw_slice_timers_init(void)
+{
+	s32 cpu;
+
+	bpf_for(cpu, 0, nr_cpu_ids) {
+		struct slice_timer *st = bpf_map_lookup_elem(&slice_timers, &cpu);
+
+		if (!st)
+			break;
+		if (bpf_timer_init(&st->timer, &slice_timers, 1 /* CLOCK_MONOTONIC */) ||
+		    bpf_timer_set_callback(&st->timer, bw_slice_expired))
+			return -EINVAL;
+	}
+	return 0;
+}
+
+/* A new task runs on this CPU, or the running one stopped: a pending timer is stale. */
+static __always_inline void bw_slice_timer_reset(void)
+{
+	u32 cpu = bpf_get_smp_processor_id();
+	struct slice_timer *st = bpf_map_lookup_elem(&slice_timers, &cpu);
+
+	if (st)
+		st->seq++;
+}
+
+/*
+ * The running task's @slice was cut by its groups' runtime: if one of them
+ * has a short period, stop the task when the slice ends.
+ */
+static void bw_slice_timer_arm(struct task_ctx *tctx, u64 slice)
+{
+	u32 cpu = bpf_get_smp_processor_id();
+	struct slice_timer *st;
+	bool is_short = false;
+	s32 i;
+
+	bpf_for(i, 0, BW_MAX_CHAIN) {
+		struct bw_group *g;
+
+		if (i >= tctx->nr_chain)
+			break;
+		g = bw_group(chain_slot(tctx, i));
+		if (g && bw_short_period(g)) {
+			is_short = true;
+			break;
+		}
+	}
+	if (!is_short)
+		return;
+	st = bpf_map_lookup_elem(&slice_timers, &cpu);
+	if (!st)
+		return;
+	st->armed_seq = st->seq;
+	bpf_timer_start(&st->timer, slice, BPF_F_TIMER_CPU_PIN);
 }
 
 /*

@@ -7,8 +7,11 @@
  *  - struct bw_group (one per limited cgroup, an array in .bss that the agent
  *    mmaps): the agent writes the limit fields and adds runtime to the pool
  *    (refill); CPUs take runtime out (compare-and-swap) and give slack back,
- *    and bump the statistics counters. Only when the agent is stalled
- *    (refilled_at BW_SAFETY_PERIODS periods old) does BPF refill a pool.
+ *    and bump the statistics counters. BPF refills a pool only when the
+ *    agent is stalled (refilled_at BW_SAFETY_PERIODS periods old), and for
+ *    groups with a period below BW_SHORT_PERIOD_NS, whose refills a BPF
+ *    timer does on the period grid; whoever refills stamps refilled_at, and
+ *    the other skips that period.
  *  - struct bw_cpu (per CPU and per group, a per-CPU array): private to BPF,
  *    except that the agent's unthrottle program reads the throttle clocks.
  *  - cgid_slot (hash map cgroup id -> slot): written by the agent only.
@@ -74,6 +77,17 @@ enum bw_consts {
 	 */
 	BW_RESCUE_MS		= 5000,
 	BW_RESCUE_SLICE_NS	= 1000 * 1000,
+
+	/*
+	 * Short periods: a group whose period is below this is refilled by a
+	 * BPF timer on the period grid (the agent books its periods), and a
+	 * task whose slice such a group cuts below the full slice is stopped by
+	 * a per-CPU BPF timer when it ends, not at the next tick. See
+	 * bandwidth.bpf.h, "Short periods".
+	 */
+	BW_SHORT_PERIOD_NS	= 10 * 1000 * 1000,
+	/* CPUs that get a slice timer (more are enforced at tick granularity). */
+	BW_MAX_CPUS		= 1024,
 };
 
 /*
@@ -118,6 +132,8 @@ struct bw_group {
 	u64 refilled_at;
 	/* Refills the safety net did because the agent was late. */
 	u64 nr_safety_refills;
+	/* Short periods: grid points at which the BPF timer found the group throttled. */
+	u64 nr_short_throttled;
 
 	/* --- statistics, written by BPF, read by the agent --- */
 	/* CPU time charged to the group (all CPUs, includes descendants). */
@@ -210,6 +226,9 @@ enum bw_stat_idx {
 	BW_STAT_DEEP,		/* chains cut at BW_MAX_CHAIN limited groups */
 	BW_STAT_RESCUE,		/* parked tasks run on credit after BW_RESCUE_MS */
 	BW_STAT_UNWEIGHTED,	/* cgroups created with no room left to track cpu.weight */
+	BW_STAT_SHORT_REFILL,	/* refills of short-period groups by their BPF timer */
+	BW_STAT_SLICE_KICK,	/* tasks stopped by the slice timer before the tick */
+	BW_STAT_SHORT_MISSED,	/* grid points a short-period timer passed unfired (late by a period) */
 	BW_NR_STATS,
 };
 

@@ -318,6 +318,7 @@ void BPF_STRUCT_OPS(bw_running, struct task_struct *p)
 
 	if (vtime_before(vtime_now, p->scx.dsq_vtime))
 		vtime_now = p->scx.dsq_vtime;
+	bw_slice_timer_reset();
 	if (!tctx)
 		return;
 
@@ -341,6 +342,8 @@ void BPF_STRUCT_OPS(bw_running, struct task_struct *p)
 		stat_inc(BW_STAT_RESCUE);
 	} else if (tctx->nr_chain) {
 		p->scx.slice = bw_slice_cap(tctx, p->scx.slice);
+		if (p->scx.slice < task_slice_ns)
+			bw_slice_timer_arm(tctx, p->scx.slice);
 	}
 	/* Runs for real: a wait in a park queue ends here. */
 	bw_note_unparked(tctx);
@@ -366,12 +369,15 @@ void BPF_STRUCT_OPS(bw_tick, struct task_struct *p)
 		return;
 	}
 	p->scx.slice = bw_slice_cap(tctx, p->scx.slice);
+	if (p->scx.slice < task_slice_ns)
+		bw_slice_timer_arm(tctx, p->scx.slice);
 }
 
 void BPF_STRUCT_OPS(bw_stopping, struct task_struct *p, bool runnable)
 {
 	struct task_ctx *tctx = task_ctx(p);
 
+	bw_slice_timer_reset();
 	if (!tctx)
 		return;
 	charge(p, tctx);
@@ -537,6 +543,9 @@ s32 BPF_STRUCT_OPS_SLEEPABLE(bw_init)
 		if (ret)
 			return ret;
 	}
+	ret = bw_slice_timers_init();
+	if (ret)
+		return ret;
 	return bw_safety_start();
 }
 

@@ -699,6 +699,13 @@ pub fn all() -> Vec<Scenario> {
             body: Body::Custom(hotplug),
         },
         custom(
+            "short_period",
+            "1ms/2ms, 2 hog threads: usage = limit ±5%, and still ±5% with the agent SIGSTOPped 3 s (a BPF timer refills periods under 10 ms)",
+            true,
+            lim("t/a", 1_000, 2_000),
+            short_period,
+        ),
+        custom(
             "agent_stall",
             "agent SIGSTOPped 3 s while its group is throttled: the BPF safety net keeps the group running at <= its limit, enforcement back to ±2% after SIGCONT",
             true,
@@ -754,6 +761,37 @@ fn agent_stall(ctx: &mut Ctx) -> Result<(), String> {
     ctx.figure("safety_refills", n);
     if n < 1.0 {
         ctx.fail("no safety-net refill recorded");
+    }
+    Ok(())
+}
+
+/// A 2 ms period is refilled by a BPF timer on the period grid, so its limit holds
+/// whether or not the agent keeps up: measured with the agent running, then with it
+/// SIGSTOPped (before, the agent refilled every period from user space, and stopped it
+/// left the group to the safety net's one refill per 50 ms tick, a twenty-fifth of the
+/// limit). The scheduler's figures for the short-period timers are printed.
+fn short_period(ctx: &mut Ctx) -> Result<(), String> {
+    const LIMIT: f64 = 0.5;
+    let w = ctx.spawn(&hog("t/a", 2), 60)?;
+    ctx.check_on_scx(w);
+    measure_ratio(ctx, "running", "t/a", LIMIT, 0.05)?;
+    let pid = ctx.sched_pid().ok_or("no scheduler")?;
+    crate::sched::signal(pid, libc::SIGSTOP);
+    let t = Instant::now();
+    sleep(Duration::from_millis(300));
+    let stalled = ctx.measure(&["t/a"], Duration::from_secs(2));
+    sleep(Duration::from_secs(3).saturating_sub(t.elapsed()));
+    crate::sched::signal(pid, libc::SIGCONT);
+    let stalled = stalled?[0];
+    ctx.figure("stopped.usage_cpus", format!("{stalled:.3}"));
+    ctx.figure("stopped.ratio", format!("{:.3}", stalled / LIMIT));
+    if (stalled / LIMIT - 1.0).abs() > 0.05 {
+        ctx.fail(format!("agent stopped: the 2 ms group got {stalled:.3} CPUs, limit {LIMIT}: more than 5 % off"));
+    }
+    ctx.healthy()?;
+    let m = crate::stats::fetch()?;
+    for k in ["short_period_refills", "short_period_missed", "slice_timer_kicks", "safety_refills"] {
+        ctx.figure(k, crate::stats::num(&m, k)?);
     }
     Ok(())
 }
@@ -1832,9 +1870,9 @@ fn stress_limits() -> Vec<Limit> {
 /// between them every 100 ms, and a fork storm (1 thread) — for 60 s. Checked: the
 /// scheduler stays attached, no workload dies, every group's usage over the last 55 s is
 /// within ±5 % of its limit — except that the 1 ms group is only checked not to exceed it:
-/// under TCG neither the kernel's CFS (0.79 of the limit) nor we (0.47–0.56) get near it,
-/// the per-period work (a timer, a refill, waking parked tasks) takes a good part of 1 ms,
-/// and ours is done by the agent in user space.
+/// under TCG neither the kernel's CFS (0.79-0.80 of the limit) nor we (0.48-0.56 with the
+/// agent refilling, 0.57-0.59 with the BPF short-period timers) get near it; the README
+/// says where it is lost. `short_period` checks a 2 ms group alone, agent stopped or not.
 fn stress(ctx: &mut Ctx) -> Result<(), String> {
     const RUN: Duration = Duration::from_secs(60);
     const SKIP: Duration = Duration::from_secs(3);
@@ -1915,7 +1953,7 @@ fn stress(ctx: &mut Ctx) -> Result<(), String> {
     ctx.figure("worst_ratio", format!("{worst:.3}"));
     if ctx.has_sched() {
         let m = crate::stats::fetch()?;
-        for k in ["rescued", "safety_refills", "timer_late_p99_us", "event_lost"] {
+        for k in ["rescued", "safety_refills", "short_period_refills", "short_period_missed", "slice_timer_kicks", "timer_late_p99_us", "event_lost"] {
             ctx.figure(k, crate::stats::num(&m, k)?);
         }
     }
