@@ -833,12 +833,12 @@ static s32 bw_safety_start(void)
  * costs a good part of a millisecond when the machine is busy (more under
  * emulation), a late timer refills once for all the periods it missed, and a
  * group with a 1 ms period got about half its limit under stress in the TCG
- * VM. So a BPF timer refills
- * it on the period grid, stamps refilled_at (the agent then books the period
- * without refilling, as after a safety refill) and has the timer's CPU
- * dispatch to release the group's parked tasks. The safety tick starts the
- * timer of a short-period group that has none running; the timer stops
- * itself when the group goes idle, is released or its period is changed.
+ * VM. So a BPF timer refills it on the period grid, stamps refilled_at (the
+ * agent then books the period without refilling, as after a safety refill)
+ * and has the timer's CPU dispatch to release the group's parked tasks. The
+ * safety tick starts the timer of a short-period group that has none
+ * running, a pull from an idle group restarts it; the timer stops itself
+ * when the group goes idle, is released or its period becomes 10 ms or more.
  *
  * Second, ticks: sched_ext ends a slice at the next tick after it ran out
  * (4 ms apart at HZ=250), so a task of a group with 1 ms of runtime ran up

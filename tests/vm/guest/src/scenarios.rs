@@ -768,8 +768,8 @@ fn agent_stall(ctx: &mut Ctx) -> Result<(), String> {
 /// A 2 ms period is refilled by a BPF timer on the period grid, so its limit holds
 /// whether or not the agent keeps up: measured with the agent running, then with it
 /// SIGSTOPped (before, the agent refilled every period from user space, and stopped it
-/// left the group to the safety net's one refill per 50 ms tick, a twenty-fifth of the
-/// limit). The scheduler's figures for the short-period timers are printed.
+/// left the group to the safety net's one refill per 50 ms tick: 0.034 of the limit).
+/// The scheduler's figures for the short-period timers are printed.
 fn short_period(ctx: &mut Ctx) -> Result<(), String> {
     const LIMIT: f64 = 0.5;
     let w = ctx.spawn(&hog("t/a", 2), 60)?;
@@ -1159,9 +1159,9 @@ fn bursty(ctx: &mut Ctx, burst: bool) -> Result<(), String> {
         pin: None,
     };
     let span = StatsSpan::start(ctx, "t/a")?;
+    let threads0 = crate::sched::all_threads();
     // ~196 burns: the nearest-rank p99 is the second slowest, one outlier alone (TCG)
     // does not decide it.
-    let threads0 = crate::sched::all_threads();
     let idx = ctx.spawn(&w, BURSTY_S)?;
     ctx.check_on_scx(idx);
     let st = ctx.wait_workload(idx, Duration::from_secs(BURSTY_S + 20))?;
@@ -1210,7 +1210,8 @@ fn busiest_threads(before: &std::collections::BTreeMap<(u32, u32), (String, u64,
         .into_iter()
         .map(|(key, (name, run, runs))| {
             let (run0, runs0) = before.get(&key).map(|b| (b.1, b.2)).unwrap_or_default();
-            (run.saturating_sub(run0), format!("{name}[{}]:{:.1}ms/{}", key.1, (run.saturating_sub(run0)) as f64 / 1e6, runs.saturating_sub(runs0)))
+            let ns = run.saturating_sub(run0);
+            (ns, format!("{name}[{}]:{:.1}ms/{}", key.1, ns as f64 / 1e6, runs.saturating_sub(runs0)))
         })
         .collect();
     used.sort_by(|a, b| b.0.cmp(&a.0));
