@@ -770,7 +770,7 @@ static bool bw_safety_refill(struct bw_group *g, u32 slot, u64 now)
 		if (!scx_bpf_dsq_nr_queued(BW_PARK_DSQ_BASE + slot))
 			return false;
 		bw_wake(g, slot);
-		WRITE_ONCE(g->safety_release, 1);
+		bw_request_release(g);
 		return true;
 	}
 	if (now < at + BW_SAFETY_PERIODS * period)
@@ -780,7 +780,7 @@ static bool bw_safety_refill(struct bw_group *g, u32 slot, u64 now)
 	bw_refill_pool(g);
 	__sync_fetch_and_add(&g->nr_safety_refills, 1);
 	stat_inc(BW_STAT_SAFETY);
-	WRITE_ONCE(g->safety_release, 1);
+	bw_request_release(g);
 	return true;
 }
 
@@ -802,7 +802,6 @@ static int bw_safety_tick(void *map, int *key, struct safety_timer *st)
 	if (any) {
 		s32 cpu;
 
-		__sync_fetch_and_add(&bw_safety_pending, 1);
 		bpf_for(cpu, 0, nr_cpu_ids)
 			bw_kick_cpu(cpu, 0);
 	}
@@ -904,8 +903,9 @@ static int bw_short_tick(void *map, int *key, struct short_timer *st)
 }
 
 /*
- * A short-period group's timer stopped when the group went idle; a CPU just
- * pulled from its pool: restart it now rather than at the next safety tick
+ * Start the timer of a short-period group one period from @now: from
+ * bw_short_timer_ensure, and from bw_wake when a CPU pulls from an idle group
+ * (its timer stopped when it went idle), rather than at the next safety tick
  * (up to 50 ms of refills by the agent alone).
  */
 static void bw_short_timer_resume(struct bw_group *g, u32 slot, u64 now)
@@ -923,11 +923,13 @@ static void bw_short_timer_resume(struct bw_group *g, u32 slot, u64 now)
 		WRITE_ONCE(st->armed, 1);
 }
 
-/* From the safety tick: start the timer of a short-period group lacking one. */
+/*
+ * From the safety tick: start the timer of a short-period group lacking one,
+ * initializing it first (the only place that does).
+ */
 static void bw_short_timer_ensure(struct bw_group *g, u32 slot, u64 now)
 {
 	struct short_timer *st;
-	u64 period;
 
 	if (!g->cgid || READ_ONCE(g->idle) || !bw_short_period(g))
 		return;
@@ -938,10 +940,7 @@ static void bw_short_timer_ensure(struct bw_group *g, u32 slot, u64 now)
 	bpf_timer_init(&st->timer, &short_timers, 1 /* CLOCK_MONOTONIC */);
 	if (bpf_timer_set_callback(&st->timer, bw_short_tick))
 		return;
-	period = READ_ONCE(g->period);
-	st->next = now + period;
-	WRITE_ONCE(st->armed, 1);
-	bpf_timer_start(&st->timer, st->next, BPF_F_TIMER_ABS);
+	bw_short_timer_resume(g, slot, now);
 }
 
 /*

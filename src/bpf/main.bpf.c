@@ -312,6 +312,17 @@ void BPF_STRUCT_OPS(bw_update_idle, s32 cpu, bool idle)
 	}
 }
 
+/*
+ * Cap the slice of @p, running here, at its groups' local runtime; when that
+ * cut it, the slice timer may stop it on time (short periods).
+ */
+static __always_inline void cap_running_slice(struct task_struct *p, struct task_ctx *tctx)
+{
+	p->scx.slice = bw_slice_cap(tctx, p->scx.slice);
+	if (p->scx.slice < task_slice_ns)
+		bw_slice_timer_arm(tctx, p->scx.slice);
+}
+
 void BPF_STRUCT_OPS(bw_running, struct task_struct *p)
 {
 	struct task_ctx *tctx = task_ctx(p);
@@ -341,9 +352,7 @@ void BPF_STRUCT_OPS(bw_running, struct task_struct *p)
 		p->scx.slice = BW_RESCUE_SLICE_NS;
 		stat_inc(BW_STAT_RESCUE);
 	} else if (tctx->nr_chain) {
-		p->scx.slice = bw_slice_cap(tctx, p->scx.slice);
-		if (p->scx.slice < task_slice_ns)
-			bw_slice_timer_arm(tctx, p->scx.slice);
+		cap_running_slice(p, tctx);
 	}
 	/* Runs for real: a wait in a park queue ends here. */
 	bw_note_unparked(tctx);
@@ -368,9 +377,7 @@ void BPF_STRUCT_OPS(bw_tick, struct task_struct *p)
 		stat_inc(BW_STAT_PREEMPT);
 		return;
 	}
-	p->scx.slice = bw_slice_cap(tctx, p->scx.slice);
-	if (p->scx.slice < task_slice_ns)
-		bw_slice_timer_arm(tctx, p->scx.slice);
+	cap_running_slice(p, tctx);
 }
 
 void BPF_STRUCT_OPS(bw_stopping, struct task_struct *p, bool runnable)
