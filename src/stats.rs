@@ -109,6 +109,8 @@ pub struct Metrics {
     pub safety_refills: u64,
     #[stat(desc = "Refills of groups with a period under 10 ms done by their BPF timer on the period grid")]
     pub short_period_refills: u64,
+    #[stat(desc = "Of those, refills done by a CPU that found the pool empty after a period boundary before the timer ran (late under load)")]
+    pub short_period_caught_up: u64,
     #[stat(desc = "Tasks of a short-period group stopped by the slice timer when their runtime ran out, before the next tick")]
     pub slice_timer_kicks: u64,
     #[stat(desc = "Period boundaries of short-period groups their BPF timer passed unfired, being late by more than a period (one refill covers them, as a late kernel timer's does)")]
@@ -153,6 +155,7 @@ pub fn counters_into(m: &mut Metrics, counters: &[u64]) {
     m.event_lost = c(bpf_intf::bw_stat_idx_BW_STAT_EVENT_LOST);
     m.safety_refills = c(bpf_intf::bw_stat_idx_BW_STAT_SAFETY);
     m.short_period_refills = c(bpf_intf::bw_stat_idx_BW_STAT_SHORT_REFILL);
+    m.short_period_caught_up = c(bpf_intf::bw_stat_idx_BW_STAT_SHORT_CATCH_UP);
     m.slice_timer_kicks = c(bpf_intf::bw_stat_idx_BW_STAT_SLICE_KICK);
     m.short_period_missed = c(bpf_intf::bw_stat_idx_BW_STAT_SHORT_MISSED);
     m.hotplug = c(bpf_intf::bw_stat_idx_BW_STAT_HOTPLUG);

@@ -198,6 +198,14 @@ static __always_inline struct bw_group *bw_group(u32 slot)
 	return &bw_groups[slot];
 }
 
+/* A period below BW_SHORT_PERIOD_NS: refilled by a BPF timer (see short_timer). */
+static __always_inline bool bw_short_period(const struct bw_group *g)
+{
+	u64 period = READ_ONCE(g->period);
+
+	return period && period < BW_SHORT_PERIOD_NS;
+}
+
 static __always_inline struct bw_cpu *bw_cpu_local(u32 slot)
 {
 	return bpf_map_lookup_elem(&bw_cpus, &slot);
@@ -277,6 +285,7 @@ static __always_inline void bw_refresh_chain(struct task_struct *p, struct task_
 }
 
 static void bw_short_timer_resume(struct bw_group *g, u32 slot, u64 now);
+static bool bw_short_catch_up(struct bw_group *g, u32 slot);
 
 /*
  * A CPU pulled from the pool of an idle group: its period timer is stopped.
@@ -308,6 +317,9 @@ static bool bw_assign(struct bw_group *g, struct bw_cpu *c, u32 slot)
 		s64 want = (s64)bw_slice_ns - c->runtime;
 		s64 take;
 
+		if (avail <= 0 && !bw_short_catch_up(g, slot))
+			return false;
+		avail = READ_ONCE(g->runtime);
 		if (avail <= 0)
 			return false;
 		take = avail < want ? avail : want;
@@ -548,8 +560,16 @@ static void bw_give_back(struct bw_group *g, u32 slot, s64 amount)
  * and gives the rest back to the pool, where other CPUs can use it in this
  * period. When the group is throttled and the pool now holds more than a
  * slice, tell the agent, which distributes it after the slack delay.
+ *
+ * @preempted: the task stopped still runnable and went back to the shared
+ * queue, from which any CPU may take it next. The kernel's runqueues are per
+ * CPU, a preempted task stays where its runtime is; ours is not. A
+ * short-period group's whole quota is often less than the floor, so what
+ * stays here would be stranded until the period ends while its task waits to
+ * pull elsewhere: such a group gives all of it back. Other groups keep theirs
+ * (a slice or less, of a quota that lasts longer than the wait).
  */
-static void bw_return_slack(struct task_ctx *tctx)
+static void bw_return_slack(struct task_ctx *tctx, bool preempted)
 {
 	s32 i;
 	bpf_for(i, 0, BW_MAX_CHAIN) {
@@ -565,7 +585,9 @@ static void bw_return_slack(struct task_ctx *tctx)
 		c = bw_cpu_local(slot);
 		if (!g || !c)
 			continue;
-		slack = c->runtime - (s64)BW_MIN_LOCAL_NS;
+		if (preempted && !bw_short_period(g))
+			continue;
+		slack = c->runtime - (preempted ? 0 : (s64)BW_MIN_LOCAL_NS);
 		if (slack <= 0)
 			continue;
 		c->runtime -= slack;
@@ -844,6 +866,12 @@ static s32 bw_safety_start(void)
  * to 4 ms, and while it overran, refills that found the pool full were
  * lost. When a short-period group cuts a task's slice, a per-CPU timer stops
  * the task when the slice ends.
+ *
+ * Third, the timer runs in softirq and under load fires late, in the TCG VM
+ * more than a period late at about one grid point in eight. A CPU that finds
+ * the pool empty after a grid point the timer has not served yet refills it
+ * itself (bw_short_catch_up): a task that holds its CPU pulls the next
+ * period's runtime when its slice ends instead of parking until the timer.
  */
 struct short_timer {
 	struct bpf_timer timer;
@@ -859,38 +887,47 @@ struct {
 	__type(value, struct short_timer);
 } short_timers SEC(".maps");
 
-static __always_inline bool bw_short_period(const struct bw_group *g)
+/*
+ * The refill of the last grid point at or before @now (one the timer is due
+ * for: @now >= st->next), unless someone did it already: the timer, a pull
+ * that found the pool empty after the grid point (bw_short_catch_up), the
+ * agent or a safety refill. refilled_at orders them: whoever moves it past the
+ * grid point refills, once. Returns true when this call refilled.
+ */
+static bool bw_short_grid_refill(struct bw_group *g, u32 slot, struct short_timer *st, u64 now)
 {
-	u64 period = READ_ONCE(g->period);
+	u64 period = READ_ONCE(g->period), next = READ_ONCE(st->next);
+	u64 at = READ_ONCE(g->refilled_at), grid;
 
-	return period && period < BW_SHORT_PERIOD_NS;
+	if (!period || !at || (s64)(now - next) < 0)
+		return false;
+	grid = next + (now - next) / period * period;
+	if ((s64)(at - grid) >= 0 || __sync_val_compare_and_swap(&g->refilled_at, at, now) != at)
+		return false;
+	bw_refill_pool(g);
+	stat_inc(BW_STAT_SHORT_REFILL);
+	if (READ_ONCE(g->throttled) || scx_bpf_dsq_nr_queued(BW_PARK_DSQ_BASE + slot))
+		bw_request_release(g);
+	return true;
 }
 
 static int bw_short_tick(void *map, int *key, struct short_timer *st)
 {
 	u32 slot = *key;
 	struct bw_group *g = bw_group(slot);
-	u64 now = bpf_ktime_get_ns(), period, at, next;
+	u64 now = bpf_ktime_get_ns(), period, next;
 
 	if (!g || !READ_ONCE(g->cgid) || READ_ONCE(g->idle) || !bw_short_period(g)) {
 		WRITE_ONCE(st->armed, 0);
 		return 0;
 	}
 	period = READ_ONCE(g->period);
-	at = READ_ONCE(g->refilled_at);
 	/* The period ends throttled (the agent's nr_throttled for this group). */
 	if (READ_ONCE(g->throttled))
 		__sync_fetch_and_add(&g->nr_short_throttled, 1);
-	/* This grid point's refill, unless the agent (or a safety refill) did it. */
-	if (at && (s64)(at - st->next) < 0 &&
-	    __sync_val_compare_and_swap(&g->refilled_at, at, now) == at) {
-		bw_refill_pool(g);
-		stat_inc(BW_STAT_SHORT_REFILL);
-		if (READ_ONCE(g->throttled) || scx_bpf_dsq_nr_queued(BW_PARK_DSQ_BASE + slot)) {
-			bw_request_release(g);
-			bw_kick_cpu(bpf_get_smp_processor_id(), SCX_KICK_PREEMPT);
-		}
-	}
+	/* Have this CPU's dispatch release what the refill unthrottled. */
+	if (bw_short_grid_refill(g, slot, st, now) && READ_ONCE(g->safety_release))
+		bw_kick_cpu(bpf_get_smp_processor_id(), SCX_KICK_PREEMPT);
 	/* Missed grid points are skipped: one refill for them, as the kernel does. */
 	next = st->next + period;
 	if ((s64)(next - now) <= 0) {
@@ -921,6 +958,28 @@ static void bw_short_timer_resume(struct bw_group *g, u32 slot, u64 now)
 	/* Fails (-EINVAL) if the safety tick never initialized it: it will. */
 	if (!bpf_timer_start(&st->timer, st->next, BPF_F_TIMER_ABS))
 		WRITE_ONCE(st->armed, 1);
+}
+
+/*
+ * A CPU found the pool of @g empty. If it is a short-period group whose
+ * timer is late (softirq under load fires it well after the grid point, up to
+ * a period and more under TCG), the task that wants to run now should not
+ * wait for it: refill here. A task that runs on a CPU the whole time then
+ * pulls each period's runtime when its last slice ends, without parking.
+ */
+static bool bw_short_catch_up(struct bw_group *g, u32 slot)
+{
+	struct short_timer *st;
+
+	if (!bw_short_period(g))
+		return false;
+	st = bpf_map_lookup_elem(&short_timers, &slot);
+	if (!st || !READ_ONCE(st->armed))
+		return false;
+	if (!bw_short_grid_refill(g, slot, st, bpf_ktime_get_ns()))
+		return false;
+	stat_inc(BW_STAT_SHORT_CATCH_UP);
+	return true;
 }
 
 /*

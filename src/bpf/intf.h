@@ -229,6 +229,7 @@ enum bw_stat_idx {
 	BW_STAT_SHORT_REFILL,	/* refills of short-period groups by their BPF timer */
 	BW_STAT_SLICE_KICK,	/* tasks stopped by the slice timer before the tick */
 	BW_STAT_SHORT_MISSED,	/* grid points a short-period timer passed unfired (late by a period) */
+	BW_STAT_SHORT_CATCH_UP,	/* of BW_STAT_SHORT_REFILL: done by a pull, the timer not yet run */
 	BW_NR_STATS,
 };
 

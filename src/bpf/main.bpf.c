@@ -179,6 +179,17 @@ void BPF_STRUCT_OPS(bw_enqueue, struct task_struct *p, u64 enq_flags)
 }
 
 /*
+ * Cap the slice of @p, running here, at its groups' local runtime; when that
+ * cut it, the slice timer may stop it on time (short periods).
+ */
+static __always_inline void cap_running_slice(struct task_struct *p, struct task_ctx *tctx)
+{
+	p->scx.slice = bw_slice_cap(tctx, p->scx.slice);
+	if (p->scx.slice < task_slice_ns)
+		bw_slice_timer_arm(tctx, p->scx.slice);
+}
+
+/*
  * Tasks the kernel puts on a CPU's local queue without calling enqueue:
  * exiting ones and those with migration disabled (we set neither
  * SCX_OPS_ENQ_EXITING nor SCX_OPS_ENQ_MIGRATION_DISABLED). Stopping one
@@ -214,6 +225,14 @@ static bool prev_can_go_on(struct task_struct *prev)
 	 */
 	if (tctx->gen != bw_cfg_gen)
 		return false;
+	/*
+	 * The kernel updated prev's runtime just before dispatch: charge it,
+	 * so that what its groups have left here is exact (prev's slice may
+	 * have been cut short by the slice timer, between two ticks) and its
+	 * vtime current for the comparison below.
+	 */
+	if (!charge(prev, tctx))
+		return false;
 	return !(tctx->nr_chain && bw_blocked_slot(tctx) >= 0);
 }
 
@@ -221,7 +240,9 @@ static void keep_prev(struct task_struct *prev)
 {
 	struct task_ctx *tctx = task_ctx(prev);
 
-	prev->scx.slice = tctx ? bw_slice_cap(tctx, task_slice_ns) : task_slice_ns;
+	prev->scx.slice = task_slice_ns;
+	if (tctx && tctx->nr_chain)
+		cap_running_slice(prev, tctx);
 }
 
 void BPF_STRUCT_OPS(bw_dispatch, s32 cpu, struct task_struct *prev)
@@ -312,17 +333,6 @@ void BPF_STRUCT_OPS(bw_update_idle, s32 cpu, bool idle)
 	}
 }
 
-/*
- * Cap the slice of @p, running here, at its groups' local runtime; when that
- * cut it, the slice timer may stop it on time (short periods).
- */
-static __always_inline void cap_running_slice(struct task_struct *p, struct task_ctx *tctx)
-{
-	p->scx.slice = bw_slice_cap(tctx, p->scx.slice);
-	if (p->scx.slice < task_slice_ns)
-		bw_slice_timer_arm(tctx, p->scx.slice);
-}
-
 void BPF_STRUCT_OPS(bw_running, struct task_struct *p)
 {
 	struct task_ctx *tctx = task_ctx(p);
@@ -389,11 +399,12 @@ void BPF_STRUCT_OPS(bw_stopping, struct task_struct *p, bool runnable)
 		return;
 	charge(p, tctx);
 	/*
-	 * Going to sleep: this CPU has nothing of the task's groups to run
-	 * now, so their local runtime above the floor goes back to the pools.
+	 * This CPU has nothing of the task's groups to run now: going to
+	 * sleep, their local runtime above the floor goes back to the pools;
+	 * preempted (back to the shared queue), that of short-period groups.
 	 */
-	if (!runnable && bw_slack_return && tctx->nr_chain)
-		bw_return_slack(tctx);
+	if (bw_slack_return && tctx->nr_chain)
+		bw_return_slack(tctx, runnable);
 }
 
 /* Runnable and quiescent bracket the time a task counts in its cgroup's weight. */

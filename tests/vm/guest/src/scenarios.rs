@@ -790,7 +790,7 @@ fn short_period(ctx: &mut Ctx) -> Result<(), String> {
     }
     ctx.healthy()?;
     let m = crate::stats::fetch()?;
-    for k in ["short_period_refills", "short_period_missed", "slice_timer_kicks", "safety_refills"] {
+    for k in ["short_period_refills", "short_period_caught_up", "short_period_missed", "slice_timer_kicks", "safety_refills"] {
         ctx.figure(k, crate::stats::num(&m, k)?);
     }
     Ok(())
@@ -1954,7 +1954,7 @@ fn stress(ctx: &mut Ctx) -> Result<(), String> {
     ctx.figure("worst_ratio", format!("{worst:.3}"));
     if ctx.has_sched() {
         let m = crate::stats::fetch()?;
-        for k in ["rescued", "safety_refills", "short_period_refills", "short_period_missed", "slice_timer_kicks", "timer_late_p99_us", "event_lost"] {
+        for k in ["rescued", "safety_refills", "short_period_refills", "short_period_caught_up", "short_period_missed", "slice_timer_kicks", "timer_late_p99_us", "event_lost"] {
             ctx.figure(k, crate::stats::num(&m, k)?);
         }
     }
