@@ -286,6 +286,7 @@ static __always_inline void bw_refresh_chain(struct task_struct *p, struct task_
 
 static void bw_short_timer_resume(struct bw_group *g, u32 slot, u64 now);
 static bool bw_short_catch_up(struct bw_group *g, u32 slot);
+static void bw_request_release(struct bw_group *g);
 
 /*
  * A CPU pulled from the pool of an idle group: its period timer is stopped.
@@ -540,12 +541,26 @@ static __always_inline void bw_note_unparked(struct task_ctx *tctx)
  * @amount of runtime goes back to the pool of @g (in @slot). If the group is
  * throttled and the pool now holds more than a slice, that is worth a
  * distribution: tell the agent, once until it has acted (slack_pending).
+ *
+ * A short-period group's runtime is gone at the next grid point, a
+ * millisecond or so away, and its whole quota may be less than a slice: it is
+ * unthrottled at once (the task giving back, preempted, is enqueued next and
+ * must not park) and the next dispatch releases its parked tasks.
  */
 static void bw_give_back(struct bw_group *g, u32 slot, s64 amount)
 {
 	s64 pool = __sync_add_and_fetch(&g->runtime, amount);
 
-	if (!READ_ONCE(g->throttled) || pool <= (s64)bw_slice_ns)
+	if (!READ_ONCE(g->throttled))
+		return;
+	if (bw_short_period(g)) {
+		if (pool > 0) {
+			WRITE_ONCE(g->throttled, 0);
+			bw_request_release(g);
+		}
+		return;
+	}
+	if (pool <= (s64)bw_slice_ns)
 		return;
 	if (__sync_val_compare_and_swap(&g->slack_pending, 0, 1) != 0)
 		return;
