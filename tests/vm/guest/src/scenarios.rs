@@ -620,7 +620,7 @@ pub fn all() -> Vec<Scenario> {
         },
         custom(
             "burst_latency_strict",
-            "100ms/100ms, no burst, 2 threads burning 60ms every 200ms: throttled, slowest burn > 66ms",
+            "100ms/100ms, no burst, 2 threads burning 60ms every 200ms: throttled, first burns > 66ms",
             false,
             lim("t/a", 100_000, 100_000),
             bursty_strict,
@@ -1131,7 +1131,8 @@ fn sigint_throttled(ctx: &mut Ctx) -> Result<(), String> {
 
 /// Two threads burning 60 ms of CPU then sleeping 140 ms for 20 s: 0.6 CPU on average,
 /// 1.2 CPUs while both burn. Under a strict 1-CPU quota the peaks are throttled: the
-/// slowest burns exceed 66 ms and the group shows throttled periods. With a 100 ms
+/// first burns, which start together, exceed 66 ms and the group shows throttled periods
+/// (see below for the later ones). With a 100 ms
 /// burst the unused quota of the quiet periods covers the peaks: no throttled period, no
 /// task ever parked, and p99 <= BURST_P99_MS. With the scheduler, its statistics are
 /// checked too: usage against cgroupfs (±5 %), and the used-based burst figures.
@@ -1174,6 +1175,7 @@ fn bursty(ctx: &mut Ctx, burst: bool) -> Result<(), String> {
     ctx.figure("p50_ms", format!("{:.1}", d.p50_ms));
     ctx.figure("p99_ms", format!("{:.1}", d.p99_ms));
     ctx.figure("max_ms", format!("{:.1}", d.max_ms));
+    ctx.figure("first_ms", format!("{:.1}", d.first_ms));
     ctx.figure("slowest", &d.slowest);
     if d.burns < 180 {
         ctx.fail(format!("only {} burns in {BURSTY_S} s", d.burns));
@@ -1181,11 +1183,16 @@ fn bursty(ctx: &mut Ctx, burst: bool) -> Result<(), String> {
     if burst && d.p99_ms > BURST_P99_MS {
         ctx.fail(format!("p99 burn {:.1} ms with a burst, above {BURST_P99_MS} ms", d.p99_ms));
     }
-    // Strict: a throttled period delays one to three burns of the 196 by 40-50 ms, so the
-    // p99 (the second slowest) shows it only when two fall in (64.0 ms in a run with 8
-    // throttled periods); the slowest burn always does (104-116 ms). Checked on that.
-    if !burst && d.max_ms <= 66.0 {
-        ctx.fail(format!("slowest burn {:.1} ms: no visible throttling", d.max_ms));
+    // Strict: the first burns of the two threads start together on an idle group, whose
+    // period the agent restarts at that first pull: 120 ms wanted of a 100 ms quota, the
+    // pool is dry after about 50 ms and both wait for the refill, about 50 ms more. That is
+    // checked (with the scheduler; the kernel's period grid keeps its old phase). Later burns
+    // are delayed only when they overlap early in a period: the phase of the 200 ms cycle
+    // drifts by what each cycle takes beyond it, and a run may never bring it there (the
+    // slowest of the 196 measured 64.9 ms in one CI run, 101-116 ms in 17 others), so the
+    // p99 and the slowest are printed, not checked.
+    if !burst && ctx.has_sched() && d.first_ms <= 66.0 {
+        ctx.fail(format!("first burns {:.1} ms: no visible throttling", d.first_ms));
     }
     let Some(span) = span else { return Ok(()) };
     let s = span.finish(ctx)?;

@@ -369,8 +369,9 @@ pub fn duty(d: DutyArgs) -> Result<(), String> {
         .map(|_| {
             thread::spawn(move || {
                 // The first burn runs while the process is still starting (threads
-                // being created contend for its memory map): a warm-up, not recorded.
-                burn(burn_ns);
+                // being created contend for its memory map): a warm-up, not among the
+                // burns, reported apart (first_ms).
+                let first = burn(burn_ns);
                 if !sleep.is_zero() {
                     thread::sleep(sleep);
                 }
@@ -384,7 +385,7 @@ pub fn duty(d: DutyArgs) -> Result<(), String> {
                         thread::sleep(sleep);
                     }
                 }
-                walls
+                (first, walls)
             })
         })
         .collect();
@@ -392,8 +393,10 @@ pub fn duty(d: DutyArgs) -> Result<(), String> {
     // queue and how often they were scheduled in, to tell a start-up effect (index 0)
     // or queueing from anything else.
     let mut burns: Vec<(f64, usize, usize, u64, u64)> = Vec::new();
+    let mut first_ns = 0u64;
     for (t, w) in workers.into_iter().enumerate() {
-        let v = w.join().map_err(|_| "duty thread panicked".to_string())?;
+        let (first, v) = w.join().map_err(|_| "duty thread panicked".to_string())?;
+        first_ns = first_ns.max(first);
         burns.extend(v.into_iter().enumerate().map(|(i, (ns, delay, runs))| (ns as f64 / 1e6, t, i, delay, runs)));
     }
     burns.sort_by(|a, b| a.0.total_cmp(&b.0));
@@ -406,11 +409,12 @@ pub fn duty(d: DutyArgs) -> Result<(), String> {
         .map(|(ms, t, i, delay, runs)| format!("{ms:.1}@t{t}#{i}/wait{:.1}/runs{runs}", *delay as f64 / 1e6))
         .collect();
     println!(
-        "DUTY burns={} p50_ms={:.3} p99_ms={:.3} max_ms={:.3} slowest={}",
+        "DUTY burns={} p50_ms={:.3} p99_ms={:.3} max_ms={:.3} first_ms={:.3} slowest={}",
         walls_ms.len(),
         pct(50.0),
         pct(99.0),
         pct(100.0),
+        first_ns as f64 / 1e6,
         slowest.join(",")
     );
     Ok(())
@@ -423,6 +427,8 @@ pub struct DutyStats {
     pub p50_ms: f64,
     pub p99_ms: f64,
     pub max_ms: f64,
+    /// The slower of the threads' first (warm-up) burns, which start together.
+    pub first_ms: f64,
     /// The three slowest burns as `ms@tTHREAD#INDEX`.
     pub slowest: String,
 }
@@ -445,6 +451,7 @@ pub fn parse_duty(output: &str) -> Option<DutyStats> {
         p50_ms: field("p50_ms")?,
         p99_ms: field("p99_ms")?,
         max_ms: field("max_ms")?,
+        first_ms: field("first_ms")?,
         slowest: line
             .split_whitespace()
             .find_map(|kv| kv.strip_prefix("slowest="))
@@ -484,7 +491,7 @@ mod tests {
 
     #[test]
     fn duty_line() {
-        let out = "noise\nDUTY burns=134 p50_ms=10.003 p99_ms=10.093 max_ms=12.5 slowest=12.5@t1#0,10.1@t0#7\n";
+        let out = "noise\nDUTY burns=134 p50_ms=10.003 p99_ms=10.093 max_ms=12.5 first_ms=14.2 slowest=12.5@t1#0,10.1@t0#7\n";
         assert_eq!(
             parse_duty(out),
             Some(DutyStats {
@@ -492,6 +499,7 @@ mod tests {
                 p50_ms: 10.003,
                 p99_ms: 10.093,
                 max_ms: 12.5,
+                first_ms: 14.2,
                 slowest: "12.5@t1#0,10.1@t0#7".into(),
             })
         );
