@@ -41,6 +41,12 @@ pub fn refill_shared(pool: &AtomicI64, quota: u64, burst: u64) -> (i64, i64) {
     }
 }
 
+/// Runtime a refill threw away: the pool held `left` before it, `refilled` after
+/// adding `quota` and capping at quota + burst.
+pub fn discarded(left: i64, refilled: i64, quota: u64) -> u64 {
+    (left.max(0) as u64).saturating_add(quota).saturating_sub(refilled.max(0) as u64)
+}
+
 /// The kernel's burst statistic for the period a refill closes (fair.c,
 /// __refill_cfs_bandwidth_runtime): runtime moved out of the pool since the last
 /// refill (`snap` = pool right after it, `left` = pool now), beyond one quota.
@@ -80,10 +86,15 @@ pub fn slack_due(now: Instant, refill_at: Instant) -> Option<Instant> {
     (refill_at.saturating_duration_since(now) >= SLACK_REFILL_MARGIN).then(|| now + SLACK_DELAY)
 }
 
-/// Whether a pool holding `pool` ns is worth distributing: more than one slice,
-/// as in fair.c (less would unthrottle CPUs only to throttle them again at once).
-pub fn worth_distributing(pool: i64, slice: u64) -> bool {
-    pool > 0 && pool as u64 > slice
+/// Whether slack in a throttled pool of `pool` ns is worth distributing: more
+/// than `floor`, the local runtime a CPU keeps when it gives the rest back
+/// (BW_MIN_LOCAL_NS, fair.c's min_cfs_rq_runtime). fair.c waits for more than a
+/// slice; what is less waits for the refill, whose cap at quota + burst throws
+/// it away, and the group loses quota it was due (one whose quota is a slice
+/// never has more than a slice in its pool). The slack delay still batches the
+/// returns, so a distribution happens at most once per delay.
+pub fn worth_distributing(pool: i64, floor: u64) -> bool {
+    pool > 0 && pool as u64 > floor
 }
 
 /// Absolute-deadline period timer of one group.
@@ -332,12 +343,26 @@ mod tests {
     }
 
     #[test]
-    fn slack_below_a_slice_is_not_distributed() {
-        let slice = 5 * MS;
-        assert!(!worth_distributing(0, slice));
-        assert!(!worth_distributing(-1, slice));
-        assert!(!worth_distributing(slice as i64, slice));
-        assert!(worth_distributing(slice as i64 + 1, slice));
+    fn slack_above_the_floor_is_distributed() {
+        let floor = MS;
+        assert!(!worth_distributing(0, floor));
+        assert!(!worth_distributing(-1, floor));
+        assert!(!worth_distributing(MS as i64, floor));
+        assert!(worth_distributing(MS as i64 + 1, floor));
+        // Less than a slice (fair.c's threshold) is distributed too.
+        assert!(worth_distributing(3 * MS as i64, floor));
+    }
+
+    #[test]
+    fn refill_discards_what_the_cap_cuts() {
+        let q = 5 * MS;
+        // 3 ms left, strict quota: refilled to 5 ms, 3 ms thrown away.
+        assert_eq!(discarded(3 * MS as i64, refill(3 * MS as i64, q, 0), q), 3 * MS);
+        // With 3 ms of burst room nothing is lost.
+        assert_eq!(discarded(3 * MS as i64, refill(3 * MS as i64, q, 3 * MS), q), 0);
+        // An empty pool (or one in debt) loses nothing.
+        assert_eq!(discarded(0, refill(0, q, 0), q), 0);
+        assert_eq!(discarded(-(MS as i64), refill(-(MS as i64), q, 0), q), 0);
     }
 
     #[test]

@@ -87,6 +87,9 @@ pub struct Group {
     agent_refilled_ns: u64,
     /// bw_group.nr_short_throttled at the last refill.
     seen_short_throttled: u64,
+    /// Runtime the agent's refills threw away (cap at quota + burst) from the
+    /// pool of a group that was throttled at the time.
+    pub discarded_ns: u64,
 }
 
 impl Group {
@@ -104,6 +107,7 @@ impl Group {
             seen_parked: 0,
             agent_refilled_ns: 0,
             seen_short_throttled: 0,
+            discarded_ns: 0,
             book: PeriodBook::default(),
         }
     }
@@ -152,7 +156,6 @@ pub struct Scheduler<'a> {
     groups: Vec<Group>,
     stats_every: Option<Duration>,
     no_burst: bool,
-    slice_ns: u64,
     /// The agent thread runs SCHED_FIFO (except for housekeeping).
     realtime: bool,
     refills: u64,
@@ -209,7 +212,6 @@ impl<'a> Scheduler<'a> {
             groups,
             stats_every: opts.stats.map(Duration::from_secs_f64),
             no_burst: opts.no_burst,
-            slice_ns: opts.slice_us * NSEC_PER_USEC,
             realtime: false,
             refills: 0,
             slack_distributions: 0,
@@ -743,6 +745,9 @@ impl<'a> Scheduler<'a> {
 
         let g = &mut self.groups[slot];
         g.nr_periods += overrun;
+        if throttled != 0 && !bpf_refilled {
+            g.discarded_ns += pools::discarded(left, refilled, q);
+        }
         // BPF counted the grid points at which such a group was throttled.
         let short_throttled_periods = short_throttled.saturating_sub(g.seen_short_throttled);
         g.seen_short_throttled = short_throttled;
@@ -798,7 +803,7 @@ impl<'a> Scheduler<'a> {
         self.groups[slot].slack_at = None;
         self.clear_slack_pending(slot);
         let pool = self.pool(slot).load(Ordering::Acquire);
-        if pools::worth_distributing(pool, self.slice_ns) {
+        if pools::worth_distributing(pool, bpf_intf::bw_consts_BW_MIN_LOCAL_NS as u64) {
             self.slack_distributions += 1;
             self.unthrottle(slot)?;
         }
@@ -980,6 +985,7 @@ impl<'a> Scheduler<'a> {
                 pool_usec: b.runtime / NSEC_PER_USEC as i64,
                 nr_parked: b.nr_parked,
                 nr_safety_refills: b.nr_safety_refills,
+                throttled_discard_usec: us(g.discarded_ns),
                 wait_p50_us: stats::hist_percentile(&b.wait_hist, 0.50),
                 wait_p99_us: stats::hist_percentile(&b.wait_hist, 0.99),
                 wait_max_us: us(b.wait_max_ns),

@@ -66,6 +66,8 @@ pub struct GroupMetrics {
     pub nr_parked: u64,
     #[stat(desc = "Refills the BPF safety net did because the agent was late by more than 2 periods")]
     pub nr_safety_refills: u64,
+    #[stat(desc = "Runtime a refill discarded, capping the pool at quota + burst, while the group was throttled: quota it was due but could not use (µs)")]
+    pub throttled_discard_usec: u64,
     #[stat(desc = "Throttle wait, 50th percentile since start: park to running again (µs, bucket upper bound)")]
     pub wait_p50_us: u64,
     #[stat(desc = "Throttle wait, 99th percentile since start (µs, bucket upper bound)")]

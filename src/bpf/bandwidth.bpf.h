@@ -15,8 +15,9 @@
  *               moves parked tasks back to the shared queue.
  *   slack       when a task of the group goes to sleep, its CPU gives the
  *               local runtime above BW_MIN_LOCAL_NS back to the pool; if
- *               the group is throttled and the pool now holds more than a
- *               slice, the agent is told (events ring) and distributes it.
+ *               the group is throttled and the pool now holds more than
+ *               that floor, the agent is told (events ring) and distributes
+ *               it (fair.c waits for more than a slice; see bw_give_back).
  *
  * A task's "chain" is the list of limited groups it belongs to: its own cgroup
  * and every ancestor that has a slot. It is resolved from the cgroup hierarchy
@@ -539,8 +540,15 @@ static __always_inline void bw_note_unparked(struct task_ctx *tctx)
 
 /*
  * @amount of runtime goes back to the pool of @g (in @slot). If the group is
- * throttled and the pool now holds more than a slice, that is worth a
+ * throttled and the pool now holds more than BW_MIN_LOCAL_NS, that is worth a
  * distribution: tell the agent, once until it has acted (slack_pending).
+ *
+ * fair.c distributes slack only above a slice. Below that it waits for the
+ * refill, whose cap at quota + burst throws it away: the group loses quota it
+ * was due (a group with a quota of one slice can never have more than a slice
+ * in its pool). Anything above the floor a CPU keeps when it gives runtime
+ * back is worth a release here; the agent still batches the returns over its
+ * slack delay (pools::worth_distributing).
  *
  * A short-period group's runtime is gone at the next grid point, a
  * millisecond or so away, and its whole quota may be less than a slice: it is
@@ -560,7 +568,7 @@ static void bw_give_back(struct bw_group *g, u32 slot, s64 amount)
 		}
 		return;
 	}
-	if (pool <= (s64)bw_slice_ns)
+	if (pool <= (s64)BW_MIN_LOCAL_NS)
 		return;
 	if (__sync_val_compare_and_swap(&g->slack_pending, 0, 1) != 0)
 		return;
@@ -573,8 +581,8 @@ static void bw_give_back(struct bw_group *g, u32 slot, s64 amount)
  * Slack return (fair.c: return_cfs_rq_runtime): this CPU stops running the
  * task's groups, so it keeps BW_MIN_LOCAL_NS of each group's local runtime
  * and gives the rest back to the pool, where other CPUs can use it in this
- * period. When the group is throttled and the pool now holds more than a
- * slice, tell the agent, which distributes it after the slack delay.
+ * period. When the group is throttled and the pool now holds more than
+ * bw_slack_floor(), tell the agent, which distributes it after the slack delay.
  *
  * @preempted: the task stopped still runnable and went back to the shared
  * queue, from which any CPU may take it next. The kernel's runqueues are per

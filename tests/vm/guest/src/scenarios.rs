@@ -585,6 +585,14 @@ pub fn all() -> Vec<Scenario> {
             cgroups: vec!["t/s/n1/u", "t/s/n1/n2/u"],
             body: Body::Custom(stress),
         },
+        Scenario {
+            name: "small_quota",
+            about: "fork storm in a 5ms/100ms group (quota = one slice) beside 4 unlimited hogs: usage within ±5 % of the limit, at most 1 % of its quota discarded by refills while throttled",
+            needs_sched: false,
+            limits: vec![lim("t/q", 5_000, 100_000)],
+            cgroups: vec!["t/q", "t/bg"],
+            body: Body::Custom(small_quota),
+        },
         custom(
             "rescue",
             "40 threads under 1ms/1s: no task waits parked much over 5 s (rescue), the scheduler stays attached",
@@ -1873,14 +1881,18 @@ fn stress_limits() -> Vec<Limit> {
     v
 }
 
-/// Sustained stress (see `stress_limits`): 40 threads — 3 in the 1 ms group, 2 in the
+/// Sustained stress (see `stress_limits`): 39 hog threads — 3 in the 1 ms group, 2 in the
 /// chain's innermost group and 2 in each of its unlimited leaves, 2 in each small group, 1 in m1 and m2 plus a 2-thread hog moved
-/// between them every 100 ms, and a fork storm (1 thread) — for 60 s. Checked: the
+/// between them every 100 ms — and a fork storm (1 thread), for 60 s. Checked: the
 /// scheduler stays attached, no workload dies, every group's usage over the last 55 s is
 /// within ±5 % of its limit — except that the 1 ms group is only checked not to exceed it:
 /// under TCG neither the kernel's CFS (0.79-0.80 of the limit) nor we (0.48-0.56 with the
 /// agent refilling, 0.567-0.614 with the BPF short-period timers, 0.630-0.633 with pulls
-/// catching up on a late timer) get near it; the README says where it is lost. `short_period` checks a 2 ms group alone, agent stopped or not.
+/// catching up on a late timer) get near it; the README says where it is lost. The fork
+/// storm's group got 0.945-0.986 of its limit in 9 runs while slack was distributed only
+/// above a slice, as fair.c does (the kernel's CFS: 0.976-0.984 in 2), its refills
+/// discarding 111-134 ms of returned runtime; with slack above 1 ms distributed 1.005 and
+/// 1.009, 7-9 ms discarded (`small_quota` isolates this). `short_period` checks a 2 ms group alone, agent stopped or not.
 fn stress(ctx: &mut Ctx) -> Result<(), String> {
     const RUN: Duration = Duration::from_secs(60);
     const SKIP: Duration = Duration::from_secs(3);
@@ -1964,6 +1976,8 @@ fn stress(ctx: &mut Ctx) -> Result<(), String> {
         for k in ["rescued", "safety_refills", "short_period_refills", "short_period_caught_up", "short_period_missed", "slice_timer_kicks", "timer_late_p99_us", "event_lost"] {
             ctx.figure(k, crate::stats::num(&m, k)?);
         }
+        let g = crate::stats::group(&m, "t/s/fork")?;
+        ctx.figure("fork.discard_ms", format!("{:.1}", crate::stats::num(g, "throttled_discard_usec")? / 1e3));
     }
     let st = ctx.wait_workload(storm, Duration::from_secs(15))?;
     let forks = crate::workload::parse_forks(&ctx.output(storm));
@@ -2173,6 +2187,57 @@ fn recreate(ctx: &mut Ctx) -> Result<(), String> {
     let second = ctx.spawn(&hog("t/a", 1), 60)?;
     ctx.check_on_scx(second);
     measure_ratio(ctx, "recreated", "t/a", 0.3, 0.02)?;
+    Ok(())
+}
+
+/// A group whose quota is one slice (5 ms per 100 ms), running a fork storm beside 4
+/// unlimited hogs: parent and child take turns, often on different CPUs, so the CPU that
+/// pulled the quota stops running the group while another throttles it, and gives its
+/// runtime above 1 ms back. Its pool never holds more than a slice, so under fair.c's rule
+/// (slack distributed above a slice) that runtime waits for the refill, which caps the
+/// pool at the quota and throws it away (`throttled_discard_usec`): 8.7-15.5 ms in the
+/// 12 s window in 4 runs here. Distributing slack above 1 ms (pools::worth_distributing):
+/// 0.0-3.5 ms in 4 runs. Checked: usage ±5 % of the limit, and under the scheduler at most
+/// 1 % of the window's quota (6 ms) discarded.
+fn small_quota(ctx: &mut Ctx) -> Result<(), String> {
+    const WINDOW: Duration = Duration::from_secs(12);
+    let storm = ctx.spawn(
+        &Workload {
+            cgroup: "t/q",
+            work: Work::Forks { threads: 1 },
+            pin: None,
+        },
+        20,
+    )?;
+    ctx.spawn(&hog("t/bg", 4), 20)?;
+    ctx.check_on_scx(storm);
+    sleep(Duration::from_secs(2));
+    let before = if ctx.has_sched() { Some(crate::stats::fetch()?) } else { None };
+    let used = ctx.measure(&["t/q"], WINDOW)?[0];
+    let r = used / 0.05;
+    ctx.figure("usage_cpus", format!("{used:.4}"));
+    ctx.figure("ratio", format!("{r:.3}"));
+    if let Some(before) = before {
+        let after = crate::stats::fetch()?;
+        for f in ["nr_periods", "nr_throttled", "nr_slack_returns", "slack_returned_usec"] {
+            ctx.figure(f, crate::stats::group_delta(&before, &after, "t/q", f)?);
+        }
+        let discard_ms = crate::stats::group_delta(&before, &after, "t/q", "throttled_discard_usec")? / 1e3;
+        ctx.figure("discard_ms", format!("{discard_ms:.1}"));
+        let quota_ms = 5.0 * WINDOW.as_secs_f64() / 0.1;
+        if discard_ms > 0.01 * quota_ms {
+            ctx.fail(format!("t/q: refills discarded {discard_ms:.1} ms of its {quota_ms:.0} ms quota while it was throttled (max 1 %)"));
+        }
+    }
+    if (r - 1.0).abs() > 0.05 {
+        ctx.fail(format!("t/q: {used:.4} CPUs over {}s, limit 0.050: more than 5 % off", WINDOW.as_secs()));
+    }
+    let st = ctx.wait_workload(storm, Duration::from_secs(15))?;
+    let forks = crate::workload::parse_forks(&ctx.output(storm));
+    ctx.figure("forks", forks.map_or("?".into(), |n| n.to_string()));
+    if st.code() != Some(0) {
+        ctx.fail(format!("fork storm {}", crate::sched::describe(st)));
+    }
     Ok(())
 }
 
