@@ -15,6 +15,9 @@ use std::time::{Duration, Instant};
 pub const WARMUP: Duration = Duration::from_secs(1);
 /// Measurement window: a whole number of every period used (50 ms, 100 ms), so a window
 /// starting at any phase of the throttling cycle contains the same number of refills.
+/// How long a spawned workload may take to join its cgroup: the rescue delay
+/// (BW_RESCUE_MS, 5 s) plus a 1 s period and margin (see `Ctx::spawn`).
+const JOIN_TIMEOUT: Duration = Duration::from_secs(8);
 pub const WINDOW: Duration = Duration::from_secs(4);
 /// Phase workloads run "forever" and are killed by the runner; this only bounds a leak.
 pub const PHASE_WORK_S: u64 = 60;
@@ -129,14 +132,23 @@ impl<'a> Ctx<'a> {
             log,
             child: Some(child),
         });
+        // Joining takes the cgroup_threadgroup_rwsem for writing, which waits for every
+        // fork, thread creation and exit in progress. A task parked by a throttled group in
+        // the middle of one (a hog of a 15 ms / 1 s group creating its threads) holds it
+        // until it runs again: a refill, or the rescue after BW_RESCUE_MS (5 s). Seen once
+        // in stress; the wait is printed (`join_ms`) when over a second.
         let want = w.cgroup.trim_matches('/');
-        if !sched::wait_for(Duration::from_secs(5), || {
-            cgroup::cgroup_of(pid).as_deref() == Some(want)
-        }) {
+        let t = Instant::now();
+        if !sched::wait_for(JOIN_TIMEOUT, || cgroup::cgroup_of(pid).as_deref() == Some(want)) {
             return Err(format!(
-                "{label} did not join {want} (now in {:?})",
+                "{label} did not join {want} in {}s (now in {:?})",
+                JOIN_TIMEOUT.as_secs(),
                 cgroup::cgroup_of(pid)
             ));
+        }
+        let waited = t.elapsed();
+        if waited > Duration::from_secs(1) {
+            self.figure(format!("{label}.join_ms"), waited.as_millis());
         }
         Ok(idx)
     }
