@@ -708,7 +708,7 @@ pub fn all() -> Vec<Scenario> {
         },
         custom(
             "short_period",
-            "1ms/2ms, 2 hog threads: usage = limit ±5%, and still ±5% with the agent SIGSTOPped 3 s (a BPF timer refills periods under 10 ms)",
+            "1ms/2ms, 2 hog threads: usage = quota x refills done ±5% (>= 75% of grid points refilled), also with the agent SIGSTOPped 3 s (a BPF timer refills periods under 10 ms)",
             true,
             lim("t/a", 1_000, 2_000),
             short_period,
