@@ -582,7 +582,7 @@ static void bw_give_back(struct bw_group *g, u32 slot, s64 amount)
  * task's groups, so it keeps BW_MIN_LOCAL_NS of each group's local runtime
  * and gives the rest back to the pool, where other CPUs can use it in this
  * period. When the group is throttled and the pool now holds more than
- * bw_slack_floor(), tell the agent, which distributes it after the slack delay.
+ * BW_MIN_LOCAL_NS, tell the agent, which distributes it after the slack delay.
  *
  * @preempted: the task stopped still runnable and went back to the shared
  * queue, from which any CPU may take it next. The kernel's runqueues are per

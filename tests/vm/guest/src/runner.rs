@@ -15,10 +15,10 @@ use std::time::{Duration, Instant};
 pub const WARMUP: Duration = Duration::from_secs(1);
 /// Measurement window: a whole number of every period used (50 ms, 100 ms), so a window
 /// starting at any phase of the throttling cycle contains the same number of refills.
+pub const WINDOW: Duration = Duration::from_secs(4);
 /// How long a spawned workload may take to join its cgroup: the rescue delay
 /// (BW_RESCUE_MS, 5 s) plus a 1 s period and margin (see `Ctx::spawn`).
 const JOIN_TIMEOUT: Duration = Duration::from_secs(8);
-pub const WINDOW: Duration = Duration::from_secs(4);
 /// Phase workloads run "forever" and are killed by the runner; this only bounds a leak.
 pub const PHASE_WORK_S: u64 = 60;
 
@@ -132,11 +132,10 @@ impl<'a> Ctx<'a> {
             log,
             child: Some(child),
         });
-        // Joining takes the cgroup_threadgroup_rwsem for writing, which waits for every
-        // fork, thread creation and exit in progress. A task parked by a throttled group in
-        // the middle of one (a hog of a 15 ms / 1 s group creating its threads) holds it
-        // until it runs again: a refill, or the rescue after BW_RESCUE_MS (5 s). Seen once
-        // in stress; the wait is printed (`join_ms`) when over a second.
+        // Joining a cgroup can wait for a task a throttled group parked inside the kernel
+        // (README, "Known problem"): until that group's refill, or the rescue after
+        // BW_RESCUE_MS (5 s). Seen once in stress, past the old 5 s limit; the wait is
+        // printed (`join_ms`) when over a second.
         let want = w.cgroup.trim_matches('/');
         let t = Instant::now();
         if !sched::wait_for(JOIN_TIMEOUT, || cgroup::cgroup_of(pid).as_deref() == Some(want)) {

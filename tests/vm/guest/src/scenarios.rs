@@ -589,7 +589,7 @@ pub fn all() -> Vec<Scenario> {
             name: "small_quota",
             about: "fork storm in a 5ms/100ms group (quota = one slice) beside 4 unlimited hogs: usage within ±5 % of the limit, at most 1 % of its quota discarded by refills while throttled",
             needs_sched: false,
-            limits: vec![lim("t/q", 5_000, 100_000)],
+            limits: vec![lim("t/q", SMALL_QUOTA_US, SMALL_PERIOD_US)],
             cgroups: vec!["t/q", "t/bg"],
             body: Body::Custom(small_quota),
         },
@@ -2020,13 +2020,7 @@ fn stress(ctx: &mut Ctx) -> Result<(), String> {
         let g = crate::stats::group(&m, "t/s/fork")?;
         ctx.figure("fork.discard_ms", format!("{:.1}", crate::stats::num(g, "throttled_discard_usec")? / 1e3));
     }
-    let st = ctx.wait_workload(storm, Duration::from_secs(15))?;
-    let forks = crate::workload::parse_forks(&ctx.output(storm));
-    ctx.figure("forks", forks.map_or("?".into(), |n| n.to_string()));
-    if st.code() != Some(0) || forks.unwrap_or(0) < 100 {
-        ctx.fail(format!("fork storm {}, {forks:?} forks", crate::sched::describe(st)));
-    }
-    Ok(())
+    end_fork_storm(ctx, storm, 100)
 }
 
 /// Tolerance of the nice 0 : 19 split: the nice-19 thread's dozen slices over the window
@@ -2240,8 +2234,12 @@ fn recreate(ctx: &mut Ctx) -> Result<(), String> {
 /// 12 s window in 4 runs here. Distributing slack above 1 ms (pools::worth_distributing):
 /// 0.0-3.5 ms in 6 runs. Checked: usage ±5 % of the limit, and under the scheduler at most
 /// 1 % of the window's quota (6 ms) discarded.
+const SMALL_QUOTA_US: u64 = 5_000;
+const SMALL_PERIOD_US: u64 = 100_000;
+
 fn small_quota(ctx: &mut Ctx) -> Result<(), String> {
     const WINDOW: Duration = Duration::from_secs(12);
+    let limit = SMALL_QUOTA_US as f64 / SMALL_PERIOD_US as f64;
     let storm = ctx.spawn(
         &Workload {
             cgroup: "t/q",
@@ -2255,9 +2253,8 @@ fn small_quota(ctx: &mut Ctx) -> Result<(), String> {
     sleep(Duration::from_secs(2));
     let before = if ctx.has_sched() { Some(crate::stats::fetch()?) } else { None };
     let used = ctx.measure(&["t/q"], WINDOW)?[0];
-    let r = used / 0.05;
     ctx.figure("usage_cpus", format!("{used:.4}"));
-    ctx.figure("ratio", format!("{r:.3}"));
+    ctx.figure("ratio", format!("{:.3}", used / limit));
     if let Some(before) = before {
         let after = crate::stats::fetch()?;
         for f in ["nr_periods", "nr_throttled", "nr_slack_returns", "slack_returned_usec"] {
@@ -2265,19 +2262,23 @@ fn small_quota(ctx: &mut Ctx) -> Result<(), String> {
         }
         let discard_ms = crate::stats::group_delta(&before, &after, "t/q", "throttled_discard_usec")? / 1e3;
         ctx.figure("discard_ms", format!("{discard_ms:.1}"));
-        let quota_ms = 5.0 * WINDOW.as_secs_f64() / 0.1;
+        let quota_ms = limit * WINDOW.as_secs_f64() * 1e3;
         if discard_ms > 0.01 * quota_ms {
             ctx.fail(format!("t/q: refills discarded {discard_ms:.1} ms of its {quota_ms:.0} ms quota while it was throttled (max 1 %)"));
         }
     }
-    if (r - 1.0).abs() > 0.05 {
-        ctx.fail(format!("t/q: {used:.4} CPUs over {}s, limit 0.050: more than 5 % off", WINDOW.as_secs()));
-    }
+    crate::phases::check(ctx, &Check::Ratio { cgroup: "t/q", tol: 0.05 }, used, Some(limit), &|k| k.to_string(), "t/q")?;
+    end_fork_storm(ctx, storm, 1)
+}
+
+/// Wait for a fork storm (a `Work::Forks` workload) to end: it must exit 0 having forked
+/// at least `min_forks` times (figure `forks`).
+fn end_fork_storm(ctx: &mut Ctx, storm: usize, min_forks: u64) -> Result<(), String> {
     let st = ctx.wait_workload(storm, Duration::from_secs(15))?;
     let forks = crate::workload::parse_forks(&ctx.output(storm));
     ctx.figure("forks", forks.map_or("?".into(), |n| n.to_string()));
-    if st.code() != Some(0) {
-        ctx.fail(format!("fork storm {}", crate::sched::describe(st)));
+    if st.code() != Some(0) || forks.unwrap_or(0) < min_forks {
+        ctx.fail(format!("fork storm {}, {forks:?} forks", crate::sched::describe(st)));
     }
     Ok(())
 }
