@@ -69,6 +69,12 @@ pub struct Opts {
     #[arg(long)]
     pub no_slack_return: bool,
 
+    /// Park a task of a throttled group wherever it is, even inside fork, exec or an
+    /// RCU read-side section, instead of letting it run on credit until it is out (for
+    /// comparisons: parked there it holds up every cgroup move on the machine).
+    #[arg(long)]
+    pub park_in_kernel: bool,
+
     /// Print per-group statistics every SECS seconds while running.
     #[arg(long, value_name = "SECS", value_parser = secs)]
     pub stats: Option<f64>,

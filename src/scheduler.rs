@@ -196,6 +196,7 @@ impl<'a> Scheduler<'a> {
         rodata.nr_cpu_ids = *scx_utils::NR_CPU_IDS as u32;
         rodata.agent_tgid = std::process::id() as i32;
         rodata.bw_slack_return = !opts.no_slack_return;
+        rodata.bw_kernel_credit_on = !opts.park_in_kernel;
 
         // scx_ops_open! cleared the op if the kernel lacks it (and warned).
         let cgroupfs_limits = !skel.struct_ops.bandwidth_ops().cgroup_set_bandwidth.is_null();

@@ -127,6 +127,10 @@ pub struct Metrics {
     pub rescued: u64,
     #[stat(desc = "cgroups created when 65,536 were already tracked for cpu.weight: their tasks share by nice level alone")]
     pub unweighted_cgroups: u64,
+    #[stat(desc = "Times a task of a throttled group inside fork, exec or an RCU read-side section was let run a short slice on credit instead of parking there (parked there it would hold up every cgroup move on the machine); its group pays it back")]
+    pub kernel_credit: u64,
+    #[stat(desc = "Times such a task was parked there anyway: its group had already run a slice on credit on that CPU")]
+    pub kernel_debt: u64,
     #[stat(desc = "Period refills done by the agent")]
     pub refills: u64,
     #[stat(desc = "Slack distributions done by the agent")]
@@ -165,6 +169,8 @@ pub fn counters_into(m: &mut Metrics, counters: &[u64]) {
     m.deep_chains = c(bpf_intf::bw_stat_idx_BW_STAT_DEEP);
     m.rescued = c(bpf_intf::bw_stat_idx_BW_STAT_RESCUE);
     m.unweighted_cgroups = c(bpf_intf::bw_stat_idx_BW_STAT_UNWEIGHTED);
+    m.kernel_credit = c(bpf_intf::bw_stat_idx_BW_STAT_KERNEL_CREDIT);
+    m.kernel_debt = c(bpf_intf::bw_stat_idx_BW_STAT_KERNEL_DEBT);
 }
 
 /// Upper bound (µs, exclusive) of throttle-wait bucket `b`: buckets 0..4 are 0..4 µs,

@@ -37,6 +37,8 @@ const volatile u32 nr_cpu_ids = 1;
 const volatile s32 agent_tgid = -1;
 /* Return local runtime to the pool when a CPU stops running a group (slack). */
 const volatile bool bw_slack_return = true;
+/* Let throttled tasks that hold the kernel up run on (see bw_kernel_credit()). */
+const volatile bool bw_kernel_credit_on = true;
 
 /* The limited groups; the agent mmaps this array (see intf.h). */
 struct bw_group bw_groups[BW_MAX_GROUPS];
@@ -137,6 +139,8 @@ struct task_ctx {
 	 */
 	u64 act_cgid;
 	u32 act_weight;
+	/* Queued by enqueue on credit, holding the kernel up (bw_kernel_credit). */
+	u32 kernel_credit;
 };
 
 struct {
@@ -496,6 +500,110 @@ static __always_inline bool bw_starving(struct task_ctx *tctx)
 {
 	return tctx->parked_at &&
 	       bpf_ktime_get_ns() - tctx->parked_at > BW_RESCUE_MS * 1000000ULL;
+}
+
+/*
+ * Throttled tasks that hold the whole kernel up are not parked. We park a task
+ * of a throttled group wherever it was preempted, and some places make every
+ * cgroup move on the machine wait until its group's refill (964-1,001 ms
+ * beside a forking group with a 1 s period; 248-500 ms with a 250 ms period
+ * while any of these was still parked, measured 2026-12-01):
+ *  - fork (copy_process) holds the read side of cgroup_threadgroup_rwsem,
+ *    which a move takes for writing, and behind the waiting mover every new
+ *    fork waits too; so does exit, briefly, before the task is PF_EXITING;
+ *    exec holds its process's cred_guard_mutex and mm; a page fault holds
+ *    the mm's or VMA's lock that a sibling thread's fork waits for;
+ *  - an RCU read-side section (preemptible RCU: a task preempted in a page
+ *    fault's page table walk, in a lockless lookup) holds up every grace
+ *    period, and a move waits for one. The kernel's RCU priority boosting
+ *    would lift such a task; Debian builds without it.
+ * The kernel's CFS stops a throttled task only on its way back to user mode.
+ * BPF cannot stop a task there: a task work (bpf_task_work) runs with
+ * migration disabled, a kick from it preempts the task inside it, and such a
+ * task goes straight back to its CPU without enqueue; a timer stops it too
+ * late, often inside a new system call (tried 2026-12-01). So such a task
+ * runs on credit, a short slice at a time, until it is caught outside: its
+ * CPU's local runtime goes negative and the group's next pulls there pay it
+ * back. Beyond a slice of such debt on the CPU it parks wherever it is, as
+ * before, so what a group gets over any time is off by at most a slice per
+ * CPU.
+ */
+
+/*
+ * Whether @p is inside fork, exec or exit: the system call number its entry
+ * into the kernel saved (-1 after an interrupt or exception). x86-64 only,
+ * and not for 32-bit compat calls. @p must be a trusted pointer.
+ */
+static __always_inline bool bw_in_fork_exec_exit(struct task_struct *p)
+{
+#if defined(__TARGET_ARCH_x86)
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(p);
+	long nr;
+
+	if (!regs)
+		return false;
+	nr = regs->orig_ax;
+	return nr == 56 /* clone */ || nr == 57 /* fork */ || nr == 58 /* vfork */ ||
+	       nr == 59 /* execve */ || nr == 60 /* exit */ || nr == 231 /* exit_group */ ||
+	       nr == 322 /* execveat */ || nr == 435 /* clone3 */;
+#else
+	return false;
+#endif
+}
+
+/* Whether @p is inside an RCU read-side section (preemptible RCU). */
+static __always_inline bool bw_in_rcu_read_section(struct task_struct *p)
+{
+	/* The BPF trampoline running this program holds one for current. */
+	int own = p == bpf_get_current_task_btf() ? 1 : 0;
+
+	if (bpf_core_field_exists(p->rcu_read_lock_nesting))
+		return BPF_CORE_READ(p, rcu_read_lock_nesting) > own;
+	return false;
+}
+
+/* CONFIG_LRU_GEN's mark of a task inside handle_mm_fault (not in our vmlinux.h). */
+struct task_struct___lru_gen {
+	unsigned int in_lru_fault: 1;
+} __attribute__((preserve_access_index));
+
+/*
+ * Whether @p is handling a page fault. It then holds its mm's mmap_lock or the
+ * VMA's lock for reading, and a fork of any thread of that process, which
+ * holds cgroup_threadgroup_rwsem (above), waits for it to write-lock them: a
+ * thread parked in a fault held up cgroup moves through a sibling's fork.
+ * Known where the kernel has CONFIG_LRU_GEN (set for a fault on most VMAs).
+ */
+static __always_inline bool bw_in_page_fault(struct task_struct *p)
+{
+	struct task_struct___lru_gen *t = (void *)p;
+
+	if (!bpf_core_field_exists(t->in_lru_fault))
+		return false;
+	return BPF_CORE_READ_BITFIELD_PROBED(t, in_lru_fault);
+}
+
+/* Whether @p, of a throttled group, runs on instead of parking (see above). */
+static bool bw_kernel_credit(struct task_struct *p, struct task_ctx *tctx)
+{
+	s32 i;
+
+	if (!bw_kernel_credit_on || (p->flags & PF_KTHREAD) ||
+	    !(bw_in_rcu_read_section(p) || bw_in_fork_exec_exit(p) || bw_in_page_fault(p)))
+		return false;
+	bpf_for(i, 0, BW_MAX_CHAIN) {
+		struct bw_cpu *c;
+
+		if (i >= tctx->nr_chain)
+			break;
+		c = bw_cpu_local(chain_slot(tctx, i));
+		if (c && c->runtime < -(s64)bw_slice_ns) {
+			stat_inc(BW_STAT_KERNEL_DEBT);
+			return false;
+		}
+	}
+	stat_inc(BW_STAT_KERNEL_CREDIT);
+	return true;
 }
 
 /* Histogram bucket of a wait (see BW_WAIT_BUCKETS): four per power of two µs. */
@@ -1077,14 +1185,24 @@ static __always_inline void bw_slice_timer_reset(void)
 		st->seq++;
 }
 
+/* Preempt the task running on this CPU in @ns, unless another runs by then. */
+static void bw_stop_current_in(u64 ns)
+{
+	u32 cpu = bpf_get_smp_processor_id();
+	struct slice_timer *st = bpf_map_lookup_elem(&slice_timers, &cpu);
+
+	if (!st)
+		return;
+	st->armed_seq = st->seq;
+	bpf_timer_start(&st->timer, ns, BPF_F_TIMER_CPU_PIN);
+}
+
 /*
  * The running task's @slice was cut by its groups' runtime: if one of them
  * has a short period, stop the task when the slice ends.
  */
 static void bw_slice_timer_arm(struct task_ctx *tctx, u64 slice)
 {
-	u32 cpu = bpf_get_smp_processor_id();
-	struct slice_timer *st;
 	bool is_short = false;
 	s32 i;
 
@@ -1099,13 +1217,8 @@ static void bw_slice_timer_arm(struct task_ctx *tctx, u64 slice)
 			break;
 		}
 	}
-	if (!is_short)
-		return;
-	st = bpf_map_lookup_elem(&slice_timers, &cpu);
-	if (!st)
-		return;
-	st->armed_seq = st->seq;
-	bpf_timer_start(&st->timer, slice, BPF_F_TIMER_CPU_PIN);
+	if (is_short)
+		bw_stop_current_in(slice);
 }
 
 /*

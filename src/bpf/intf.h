@@ -230,6 +230,8 @@ enum bw_stat_idx {
 	BW_STAT_SLICE_KICK,	/* tasks stopped by the slice timer before the tick */
 	BW_STAT_SHORT_MISSED,	/* grid points a short-period timer passed unfired (late by a period) */
 	BW_STAT_SHORT_CATCH_UP,	/* of BW_STAT_SHORT_REFILL: done by a pull, the timer not yet run */
+	BW_STAT_KERNEL_CREDIT,	/* throttled tasks let run on credit: in fork/exec/exit, RCU section, page fault */
+	BW_STAT_KERNEL_DEBT,	/* ... parked there anyway: a slice of debt on the CPU already */
 	BW_NR_STATS,
 };
 

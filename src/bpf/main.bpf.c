@@ -144,11 +144,18 @@ void BPF_STRUCT_OPS(bw_enqueue, struct task_struct *p, u64 enq_flags)
 	if (tctx) {
 		bw_refresh_chain(p, tctx);
 		slot = bw_throttled_slot(tctx);
-		/* A starving task goes to the shared queue; dispatch rescues it. */
+		/*
+		 * A starving task goes to the shared queue; dispatch rescues it.
+		 * So does one that holds the kernel up, on credit.
+		 */
+		tctx->kernel_credit = 0;
 		if (slot >= 0 && !bw_starving(tctx)) {
-			bw_park(p, tctx, slot, task_slice_ns, vtime, enq_flags);
-			cg_deactivate(tctx);
-			return;
+			tctx->kernel_credit = bw_kernel_credit(p, tctx);
+			if (!tctx->kernel_credit) {
+				bw_park(p, tctx, slot, task_slice_ns, vtime, enq_flags);
+				cg_deactivate(tctx);
+				return;
+			}
 		}
 	}
 
@@ -281,8 +288,11 @@ void BPF_STRUCT_OPS(bw_dispatch, s32 cpu, struct task_struct *prev)
 			 * it releases the park queue. bw_throttle() leaves the
 			 * flag clear when a refill raced with the failed pull;
 			 * such a task runs and pulls from the refilled pool.
+			 * One that holds the kernel up (enqueue found) runs too:
+			 * running() gives it a slice on credit.
 			 */
-			if (slot >= 0 && !bw_starving(tctx) && bw_slot_throttled(slot)) {
+			if (slot >= 0 && !bw_starving(tctx) && bw_slot_throttled(slot) &&
+			    !tctx->kernel_credit) {
 				if (scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p,
 							   BW_PARK_DSQ_BASE + slot, 0)) {
 					bw_note_parked(tctx, slot);
@@ -352,15 +362,22 @@ void BPF_STRUCT_OPS(bw_running, struct task_struct *p)
 	 * dispatch's check.
 	 */
 	if (tctx->nr_chain && !must_run(p) && bw_blocked_slot(tctx) >= 0) {
-		if (!bw_starving(tctx)) {
+		if (bw_starving(tctx)) {
+			/* Rescue: one short run on credit; tick stops it (the group is dry). */
+			p->scx.slice = BW_RESCUE_SLICE_NS;
+			stat_inc(BW_STAT_RESCUE);
+		} else if (bw_kernel_credit(p, tctx)) {
+			/* Holds the kernel up: a short slice on credit, then a look again. */
+			p->scx.slice = BW_RESCUE_SLICE_NS;
+			bw_stop_current_in(BW_RESCUE_SLICE_NS);
+			cg_activate(p, tctx);
+			return;
+		} else {
 			p->scx.slice = 0;
 			bw_kick_cpu(scx_bpf_task_cpu(p), SCX_KICK_PREEMPT);
 			stat_inc(BW_STAT_PREEMPT);
 			return;
 		}
-		/* Rescue: one short run on credit; tick stops it (the group is dry). */
-		p->scx.slice = BW_RESCUE_SLICE_NS;
-		stat_inc(BW_STAT_RESCUE);
 	} else if (tctx->nr_chain) {
 		cap_running_slice(p, tctx);
 	}

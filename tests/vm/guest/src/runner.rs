@@ -133,9 +133,9 @@ impl<'a> Ctx<'a> {
             child: Some(child),
         });
         // Joining a cgroup can wait for a task a throttled group parked inside the kernel
-        // (README, "Known problem"): until that group's refill, or the rescue after
-        // BW_RESCUE_MS (5 s). Seen once in stress, past the old 5 s limit; the wait is
-        // printed (`join_ms`) when over a second.
+        // (README, "Tasks holding the kernel up run on credit": fewer since, not none):
+        // until that group's refill, or the rescue after BW_RESCUE_MS (5 s). Seen once in
+        // stress, past the old 5 s limit; the wait is printed (`join_ms`) when over a second.
         let want = w.cgroup.trim_matches('/');
         let t = Instant::now();
         if !sched::wait_for(JOIN_TIMEOUT, || cgroup::cgroup_of(pid).as_deref() == Some(want)) {
