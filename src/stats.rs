@@ -294,7 +294,7 @@ impl Metrics {
         writeln!(
             w,
             "enqueue={} direct={} dispatch={} kick={} park={} release={} pull={} throttle={} preempt={} \
-             slack_ms={:.1} refills={} slack_dist={} hotplug={} late_p99_us={}",
+             kcredit={} slack_ms={:.1} refills={} slack_dist={} hotplug={} late_p99_us={}",
             d(self.enqueue, prev.enqueue),
             d(self.direct, prev.direct),
             d(self.dispatch, prev.dispatch),
@@ -304,6 +304,7 @@ impl Metrics {
             d(self.pull, prev.pull),
             d(self.throttle, prev.throttle),
             d(self.preempt, prev.preempt),
+            d(self.kernel_credit, prev.kernel_credit),
             d(self.slack_returned_usec, prev.slack_returned_usec) as f64 / 1e3,
             d(self.refills, prev.refills),
             d(self.slack_distributions, prev.slack_distributions),
