@@ -2309,11 +2309,11 @@ const MOVE_MAX_MS: f64 = 100.0;
 /// Set-up: a 5 ms / 250 ms group runs 16 threads forking children that exit at once, so it
 /// is throttled each period with tasks in the kernel, while a hog in an unlimited cgroup is
 /// moved between t/m1 and t/m2 every 20 ms for 10 s; the longest move must stay under
-/// MOVE_MAX_MS. Measured 2026-12-01 (TCG): 16.3-23.6 ms in 8 runs (one in CI); with
+/// MOVE_MAX_MS. Measured 2026-12-01 (TCG): 16.3-23.9 ms in 10 runs (two in CI); with
 /// `--park-in-kernel` (parking anywhere, as before) 248.2 and 498.9 ms in 2 of 3 (one to
 /// two periods), 21.7 in the third; the kernel's CFS 19.7 ms. And the group's usage over
 /// the 40 periods within one quota plus a slice per CPU (the most credit may be owed) of
-/// its limit: 0.983-1.022 in those 8 runs.
+/// its limit: 0.983-1.022 in those 10 runs.
 /// The limit of `move_latency`'s forking group.
 const MOVE_QUOTA_US: u64 = 5_000;
 const MOVE_PERIOD_US: u64 = 250_000;
