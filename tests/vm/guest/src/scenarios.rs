@@ -2034,7 +2034,7 @@ fn stress(ctx: &mut Ctx) -> Result<(), String> {
         let g = crate::stats::group(&m, "t/s/fork")?;
         ctx.figure("fork.discard_ms", format!("{:.1}", crate::stats::num(g, "throttled_discard_usec")? / 1e3));
     }
-    end_fork_storm(ctx, storm, 100)
+    end_fork_storm(ctx, storm, 100, Duration::from_secs(15))
 }
 
 /// Tolerance of the nice 0 : 19 split: the nice-19 thread's dozen slices over the window
@@ -2282,13 +2282,13 @@ fn small_quota(ctx: &mut Ctx) -> Result<(), String> {
         }
     }
     crate::phases::check(ctx, &Check::Ratio { cgroup: "t/q", tol: 0.05 }, used, Some(limit), &|k| k.to_string(), "t/q")?;
-    end_fork_storm(ctx, storm, 1)
+    end_fork_storm(ctx, storm, 1, Duration::from_secs(15))
 }
 
-/// Wait for a fork storm (a `Work::Forks` workload) to end: it must exit 0 having forked
-/// at least `min_forks` times (figure `forks`).
-fn end_fork_storm(ctx: &mut Ctx, storm: usize, min_forks: u64) -> Result<(), String> {
-    let st = ctx.wait_workload(storm, Duration::from_secs(15))?;
+/// Wait up to `wait` for a fork storm (a `Work::Forks` workload) to end: it must exit 0
+/// having forked at least `min_forks` times (figure `forks`).
+fn end_fork_storm(ctx: &mut Ctx, storm: usize, min_forks: u64, wait: Duration) -> Result<(), String> {
+    let st = ctx.wait_workload(storm, wait)?;
     let forks = crate::workload::parse_forks(&ctx.output(storm));
     ctx.figure("forks", forks.map_or("?".into(), |n| n.to_string()));
     if st.code() != Some(0) || forks.unwrap_or(0) < min_forks {
@@ -2311,10 +2311,10 @@ const MOVE_STALLS_ALLOWED: usize = 1;
 /// Set-up: a 5 ms / 250 ms group runs 16 threads forking children that exit at once, so it
 /// is throttled each period with tasks in the kernel, while a hog in an unlimited cgroup is
 /// moved between t/m1 and t/m2 every 20 ms for 10 s. At most MOVE_STALLS_ALLOWED moves may
-/// wait over MOVE_MAX_MS, none over 1.5 periods, and the fork storm must end in time.
-/// Measured 2026-12-01 (TCG): the longest move 16.3-23.9 ms in 12 of 13 runs (three in CI
-/// runs), 246.4 ms once (one stalled move: something else still parks holding what a move
-/// needs); with `--park-in-kernel` (parking anywhere, as before) 3-5 stalled moves in 3 of
+/// wait over MOVE_MAX_MS, none over 1.5 periods, and the fork storm must end within 30 s.
+/// Measured 2026-12-01 (TCG): the longest move 16.3-23.9 ms in 13 of 15 runs (three in CI
+/// runs), one stalled move in the other 2 (246.4, 250.1 ms: something else still parks
+/// holding what a move needs); with `--park-in-kernel` (parking anywhere, as before) 3-5 stalled moves in 3 of
 /// 4 runs (up to 731 ms), the fork storm stuck past its end in 2 of 4; the kernel's CFS
 /// 19.7 ms. And the group's usage over the 40 periods within one quota plus a slice per CPU
 /// (the most credit may be owed) of its limit: 0.983-1.022.
@@ -2332,7 +2332,7 @@ fn move_latency(ctx: &mut Ctx) -> Result<(), String> {
             work: Work::Forks { threads: 16 },
             pin: None,
         },
-        RUN.as_secs() + 8,
+        RUN.as_secs() + 5,
     )?;
     let moved = ctx.spawn(&hog("t/m1", 1), RUN.as_secs() + 8)?;
     ctx.check_on_scx(storm);
@@ -2384,13 +2384,10 @@ fn move_latency(ctx: &mut Ctx) -> Result<(), String> {
             "{stalled} cgroup moves waited over {MOVE_MAX_MS} ms (at most {MOVE_STALLS_ALLOWED} may), the longest {max:.1} ms (at most 1.5 periods)"
         ));
     }
-    let st = ctx.wait_workload(storm, Duration::from_secs(15))?;
-    let forks = crate::workload::parse_forks(&ctx.output(storm));
-    ctx.figure("forks", forks.map_or("?".into(), |n| n.to_string()));
-    if st.code() != Some(0) || forks.unwrap_or(0) < 20 {
-        ctx.fail(format!("fork storm {}, {forks:?} forks", crate::sched::describe(st)));
-    }
-    Ok(())
+    // 16 threads share 5 ms every 250 ms: past its end each must get a turn to see it.
+    // One CI run found the storm still running 15 s after (no move stalled); parking
+    // anywhere left it running in 2 of 4 runs.
+    end_fork_storm(ctx, storm, 20, Duration::from_secs(30))
 }
 
 /// Tasks parked by a throttled group must still be able to die: a fatal signal has to
