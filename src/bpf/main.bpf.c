@@ -180,7 +180,7 @@ void BPF_STRUCT_OPS(bw_enqueue, struct task_struct *p, u64 enq_flags)
 	__sync_fetch_and_add(&idle_seq, 1);
 	cpu = scx_bpf_pick_idle_cpu(p->cpus_ptr, 0);
 	if (cpu >= 0) {
-		bw_kick_cpu(cpu, SCX_KICK_IDLE);
+		bw_kick_cpu(cpu, 0);
 		stat_inc(BW_STAT_KICK);
 	}
 }
@@ -334,7 +334,7 @@ void BPF_STRUCT_OPS(bw_update_idle, s32 cpu, bool idle)
 	__sync_fetch_and_add(&idle_seq, 1);
 	bpf_for_each(scx_dsq, p, BW_SHARED_DSQ, 0) {
 		if (bpf_cpumask_test_cpu(cpu, p->cpus_ptr)) {
-			bw_kick_cpu(cpu, SCX_KICK_IDLE);
+			bw_kick_cpu(cpu, 0);
 			stat_inc(BW_STAT_KICK);
 			break;
 		}
@@ -370,6 +370,7 @@ void BPF_STRUCT_OPS(bw_running, struct task_struct *p)
 			/* Holds the kernel up: a short slice on credit, then a look again. */
 			p->scx.slice = BW_RESCUE_SLICE_NS;
 			bw_stop_current_in(BW_RESCUE_SLICE_NS);
+			bw_note_unparked(tctx);
 			cg_activate(p, tctx);
 			return;
 		} else {
@@ -386,11 +387,49 @@ void BPF_STRUCT_OPS(bw_running, struct task_struct *p)
 	cg_activate(p, tctx);
 }
 
+/*
+ * Work conservation, checked from every tick of a busy CPU: a task waiting in
+ * the shared queue while another CPU it may run on idles gets that CPU
+ * kicked. enqueue's kick and update_idle's re-check should leave no such
+ * window, but the insert of ops.enqueue lands in the queue only after enqueue
+ * returns, so a CPU going idle at that moment can miss the task, and a CPU an
+ * enqueue picked can miss the kick: under TCG CPUs were seen idle for 3-20 ms
+ * beside a waiting task. At most BW_NUDGE_SCAN CPUs are looked at, from the
+ * next one on, and only while something waits.
+ */
+#define BW_NUDGE_SCAN 64
+
+static void nudge_idle_cpu(s32 this_cpu)
+{
+	struct task_struct *p, *curr;
+	s32 i, cpu;
+
+	if (!scx_bpf_dsq_nr_queued(BW_SHARED_DSQ))
+		return;
+	bpf_for_each(scx_dsq, p, BW_SHARED_DSQ, 0) {
+		bpf_for(i, 1, BW_NUDGE_SCAN + 1) {
+			if (i >= nr_cpu_ids)
+				break;
+			cpu = (this_cpu + i) % nr_cpu_ids;
+			if (!bpf_cpumask_test_cpu(cpu, p->cpus_ptr))
+				continue;
+			curr = __COMPAT_scx_bpf_cpu_curr(cpu);
+			if (curr && (curr->flags & PF_IDLE)) {
+				bw_kick_cpu(cpu, 0);
+				stat_inc(BW_STAT_IDLE_NUDGE);
+				break;
+			}
+		}
+		break;
+	}
+}
+
 void BPF_STRUCT_OPS(bw_tick, struct task_struct *p)
 {
 	struct task_ctx *tctx = task_ctx(p);
 	bool paid;
 
+	nudge_idle_cpu(scx_bpf_task_cpu(p));
 	if (!tctx)
 		return;
 	/* A running task may have moved or its groups changed since it started. */
@@ -422,6 +461,20 @@ void BPF_STRUCT_OPS(bw_stopping, struct task_struct *p, bool runnable)
 	 */
 	if (bw_slack_return && tctx->nr_chain)
 		bw_return_slack(tctx, runnable);
+}
+
+/*
+ * A higher scheduling class takes this CPU (an RT task, such as our agent's
+ * period timer, or a stop task): the kernel leaves the task it preempted at
+ * the head of this CPU's local queue, where no other CPU can take it. Send it
+ * (and anything else queued here) back through enqueue, to the shared queue
+ * and an idle CPU if there is one. Seen under TCG: a task waiting 3 ms behind
+ * a stop task while the other CPU idled.
+ */
+void BPF_STRUCT_OPS(bw_cpu_release, s32 cpu, struct scx_cpu_release_args *args)
+{
+	scx_bpf_reenqueue_local();
+	stat_inc(BW_STAT_REENQ);
 }
 
 /* Runnable and quiescent bracket the time a task counts in its cgroup's weight. */
@@ -634,6 +687,7 @@ SCX_OPS_DEFINE(bandwidth_ops,
 	       .update_idle		= (void *)bw_update_idle,
 	       .running			= (void *)bw_running,
 	       .tick			= (void *)bw_tick,
+	       .cpu_release		= (void *)bw_cpu_release,
 	       .stopping		= (void *)bw_stopping,
 	       .runnable		= (void *)bw_runnable,
 	       .quiescent		= (void *)bw_quiescent,

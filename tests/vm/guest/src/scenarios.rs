@@ -1350,6 +1350,11 @@ impl StatsSpan {
                 per.iter().map(|(n, run, runs)| format!("{n}:{:.1}ms/{runs}", *run as f64 / 1e6)).collect();
             ctx.figure("agent_threads", threads.join(","));
         }
+        // Work conservation: idle CPUs a tick found beside a waiting task, and CPUs
+        // taken by a higher class (the agent) whose queued tasks were moved off.
+        for k in ["idle_nudges", "reenqueued"] {
+            ctx.figure(k, crate::stats::num(&after, k)? - crate::stats::num(&span.before, k)?);
+        }
         let ratio = usage / cg_usage.max(1.0);
         ctx.figure("st.usage_vs_cgroupfs", format!("{ratio:.3}"));
         // The busiest of the last periods (scheduler's per-period usage), for diagnosis.
