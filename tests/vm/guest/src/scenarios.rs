@@ -643,7 +643,7 @@ pub fn all() -> Vec<Scenario> {
         ),
         custom(
             "burst_latency",
-            "100ms/100ms + 100ms burst, 2 threads burning 60ms every 200ms: never throttled, p99 burn <= 70ms",
+            "100ms/100ms + 100ms burst, 2 threads burning 60ms every 200ms: never throttled, p99 burn <= 66ms",
             false,
             Limit { burst_us: 100_000, ..lim("t/a", 100_000, 100_000) },
             bursty_burst,
@@ -1194,15 +1194,16 @@ fn sigint_throttled(ctx: &mut Ctx) -> Result<(), String> {
 /// task ever parked, and p99 <= BURST_P99_MS. With the scheduler, its statistics are
 /// checked too: usage against cgroupfs (±5 %), and the used-based burst figures.
 ///
-/// BURST_P99_MS is not the 66 ms the issue asks for: with nothing throttled or parked, the
-/// p99 of a 60 ms burn (the second slowest of 196) measured 62.7-70.3 ms in 15 runs under
-/// TCG (median 65.1; 63.6-68.6 in 12 runs before), against 62.0-64.7 ms for the kernel's
-/// CFS in the same VM (8 runs). The slow burns waited on a run queue for 4-20 ms; beside
-/// the harness, the burns compete with the agent, which wakes about 15 times a second
-/// (0.6-0.8 ms of CPU each under TCG) and, SCHED_FIFO, preempts a burn when it wakes
-/// during one. The bound is a guard against latency regressions above that spread (a
-/// safety-net walk of every slot gave 73.4 and 97.1); the issue stays open on the 66 ms.
-const BURST_P99_MS: f64 = 75.0;
+/// BURST_P99_MS is the issue's 66 ms. With nothing throttled or parked, the p99 of a
+/// 60 ms burn (the second slowest of about 196) measured 62.7-70.3 ms in 15 runs under
+/// TCG before 2026-12-01 (the kernel's CFS 62.0-64.7 ms in 8), the slow burns waiting
+/// 4-20 ms on a run queue. A trace then showed the other CPU idle during 8 of 17 such
+/// waits, and the first burns meeting the agent's first statistics table: with a tick
+/// that kicks a CPU idling beside a waiting task, cpu_release, and the workload started
+/// 2 s after attach, 62.0-65.0 ms in 14 runs.
+const BURST_P99_MS: f64 = 66.0;
+/// How long the group idles before the bursty workload starts (see bursty()).
+const BURSTY_SETTLE: Duration = Duration::from_secs(2);
 /// Long enough for 100+ burns per thread: the nearest-rank p99 of fewer than 100 burns is
 /// the slowest one.
 const BURSTY_S: u64 = 20;
@@ -1210,7 +1211,10 @@ const BURSTY_S: u64 = 20;
 fn bursty(ctx: &mut Ctx, burst: bool) -> Result<(), String> {
     // The group exists and is idle for a few periods first, so its pool holds what an
     // idle group has accumulated (quota + burst), as for a service between requests.
-    sleep(Duration::from_millis(500));
+    // 2 s: past the scheduler's start-up, whose first statistics table (cold code: 3-5 ms
+    // of CPU in one piece under TCG, about 1 ms later on) otherwise meets the first
+    // burns; what is measured is the steady state.
+    sleep(BURSTY_SETTLE);
     let w = Workload {
         cgroup: "t/a",
         work: Work::Duty { threads: 2, burn_ms: 60, sleep_ms: 140 },
