@@ -422,26 +422,34 @@ void BPF_STRUCT_OPS(bw_running, struct task_struct *p)
 
 static void nudge_idle_cpu(s32 this_cpu)
 {
+	const struct cpumask *online;
 	struct task_struct *p, *curr;
-	s32 i, cpu;
+	s32 i, cpu, target = -1;
 
 	if (!scx_bpf_dsq_nr_queued(BW_SHARED_DSQ))
 		return;
+	/* An offline CPU runs its idle task too, and ignores kicks. */
+	online = scx_bpf_get_online_cpumask();
 	bpf_for_each(scx_dsq, p, BW_SHARED_DSQ, 0) {
 		bpf_for(i, 1, BW_NUDGE_SCAN + 1) {
 			if (i >= nr_cpu_ids)
 				break;
 			cpu = (this_cpu + i) % nr_cpu_ids;
-			if (!bpf_cpumask_test_cpu(cpu, p->cpus_ptr))
+			if (!bpf_cpumask_test_cpu(cpu, p->cpus_ptr) ||
+			    !bpf_cpumask_test_cpu(cpu, online))
 				continue;
 			curr = __COMPAT_scx_bpf_cpu_curr(cpu);
 			if (curr && (curr->flags & PF_IDLE)) {
-				bw_kick_cpu(cpu, 0);
-				stat_inc(BW_STAT_IDLE_NUDGE);
+				target = cpu;
 				break;
 			}
 		}
 		break;
+	}
+	scx_bpf_put_cpumask(online);
+	if (target >= 0) {
+		bw_kick_cpu(target, 0);
+		stat_inc(BW_STAT_IDLE_NUDGE);
 	}
 }
 
