@@ -131,7 +131,7 @@ pub struct Metrics {
     pub kernel_credit: u64,
     #[stat(desc = "Times such a task was parked there anyway: its group had already run a slice on credit on that CPU")]
     pub kernel_debt: u64,
-    #[stat(desc = "Times a CPU was taken by a higher scheduling class (an RT task such as this agent, a stop task) and the tasks queued on it moved back to the shared queue for the other CPUs")]
+    #[stat(desc = "Times a CPU was taken by a higher scheduling class (an RT task such as this agent, a stop task) and the tasks queued on it were sent back through enqueue: to an idle CPU if there was one, else to the head of that CPU's queue with the slice they had left")]
     pub reenqueued: u64,
     #[stat(desc = "Period refills done by the agent")]
     pub refills: u64,
