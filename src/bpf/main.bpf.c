@@ -195,8 +195,13 @@ void BPF_STRUCT_OPS(bw_enqueue, struct task_struct *p, u64 enq_flags)
 
 	/*
 	 * Work-conserving: wake an idle CPU the task may run on. The barrier
-	 * pairs with bw_update_idle(): either we see the CPU idle or it sees
-	 * the task queued.
+	 * pairs with bw_update_idle(), but the window is not closed: the insert
+	 * above lands in the queue only after enqueue returns, so a CPU going
+	 * idle right now can find the queue empty, and under TCG a picked and
+	 * kicked CPU was traced sleeping 3-20 ms beside the task (README,
+	 * burst latency). A plain kick, not SCX_KICK_IDLE: the CPU was picked
+	 * idle, and the IDLE variant may skip one between its dispatch and
+	 * going idle.
 	 */
 	__sync_fetch_and_add(&idle_seq, 1);
 	cpu = scx_bpf_pick_idle_cpu(p->cpus_ptr, 0);
@@ -338,9 +343,10 @@ void BPF_STRUCT_OPS(bw_dispatch, s32 cpu, struct task_struct *prev)
 }
 
 /*
- * A CPU going idle re-checks the shared queue. This closes the race between
+ * A CPU going idle re-checks the shared queue. This narrows the race between
  * an enqueue that saw no idle CPU and this CPU having just found the queue
- * empty: without it the task would wait for another CPU's slice to end.
+ * empty (without it the task would wait for another CPU's slice to end); it
+ * cannot see a task whose insert has not landed yet (see bw_enqueue).
  * Kick only for a task allowed here, or an idle CPU would spin on a queue of
  * tasks pinned elsewhere.
  */
