@@ -984,6 +984,10 @@ impl<'a> Scheduler<'a> {
                 slack_returned_usec: us(b.slack_returned),
                 nr_slack_returns: b.nr_slack_returns,
                 pool_usec: b.runtime / NSEC_PER_USEC as i64,
+                local_usec: read_local_runtimes(&self.skel.maps.bw_cpus, slot)
+                    .into_iter()
+                    .map(|ns| ns / NSEC_PER_USEC as i64)
+                    .collect(),
                 nr_parked: b.nr_parked,
                 nr_safety_refills: b.nr_safety_refills,
                 throttled_discard_usec: us(g.discarded_ns),
@@ -1094,6 +1098,20 @@ fn read_counter(map: &libbpf_rs::Map, idx: u32) -> u64 {
         .flatten()
         .map(|cpus| cpus.iter().map(|v| u64::from_ne_bytes(v[..8].try_into().unwrap())).sum())
         .unwrap_or(0)
+}
+
+/// The local runtime (ns) of group `slot` on each possible CPU (bw_cpus).
+fn read_local_runtimes(map: &libbpf_rs::Map, slot: usize) -> Vec<i64> {
+    let at = std::mem::offset_of!(bpf_intf::bw_cpu, runtime);
+    map.lookup_percpu(&(slot as u32).to_ne_bytes(), MapFlags::ANY)
+        .ok()
+        .flatten()
+        .map(|cpus| {
+            cpus.iter()
+                .map(|v| v.get(at..at + 8).map_or(0, |b| i64::from_ne_bytes(b.try_into().unwrap_or_default())))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// Put the agent thread in SCHED_FIFO (`on`) so its period timer never waits behind
