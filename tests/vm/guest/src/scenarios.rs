@@ -5,6 +5,8 @@
 //! loosen them to make a run pass.
 
 use crate::runner::Ctx;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
@@ -2321,6 +2323,8 @@ const MOVE_STALLS_ALLOWED: usize = 1;
 /// is throttled each period with tasks in the kernel, while a hog in an unlimited cgroup is
 /// moved between t/m1 and t/m2 every 20 ms for 10 s. At most MOVE_STALLS_ALLOWED moves may
 /// wait over MOVE_MAX_MS, none over 1.5 periods, and the fork storm must end within 30 s.
+/// A move waiting past MOVE_MAX_MS prints what it and the group wait on (StallWatch), and
+/// the group's per-CPU local runtime must hold one entry per CPU, none above a slice.
 /// Measured 2026-12-01 (TCG): the longest move 16.3-23.9 ms in 13 of 15 runs (three in CI
 /// runs), one stalled move in the other 2 (246.4, 250.1 ms: something else still parks
 /// holding what a move needs); with `--park-in-kernel` (parking anywhere, as before) 3-5 stalled moves in 3 of
@@ -2350,14 +2354,21 @@ fn move_latency(ctx: &mut Ctx) -> Result<(), String> {
     let before = if ctx.has_sched() { Some(crate::stats::fetch()?) } else { None };
     let usage0 = crate::cgroup::read_usage_usec("t/q")?;
     let mut lat = Vec::new();
+    let watch = StallWatch::start(MOVE_MAX_MS, "t/q");
     let start = Instant::now();
     let end = start + RUN;
     while Instant::now() < end {
         let to = if lat.len() % 2 == 0 { "t/m2" } else { "t/m1" };
         let t = Instant::now();
-        std::fs::write(crate::cgroup::path(to).join("cgroup.procs"), pid.to_string()).map_err(|e| format!("move to {to}: {e}"))?;
+        watch.begin();
+        let res = std::fs::write(crate::cgroup::path(to).join("cgroup.procs"), pid.to_string());
+        watch.end();
+        res.map_err(|e| format!("move to {to}: {e}"))?;
         lat.push(t.elapsed().as_secs_f64() * 1e3);
         sleep(Duration::from_millis(20));
+    }
+    for l in watch.finish() {
+        println!("# move_latency: {l}");
     }
     let secs = start.elapsed().as_secs_f64();
     let used = (crate::cgroup::read_usage_usec("t/q")? - usage0) as f64 / 1e6 / secs;
@@ -2387,6 +2398,17 @@ fn move_latency(ctx: &mut Ctx) -> Result<(), String> {
         for k in ["kernel_credit", "kernel_debt"] {
             ctx.figure(k, crate::stats::num(&after, k)? - crate::stats::num(&before, k)?);
         }
+        // The local runtime each CPU holds: one entry per CPU, never above a slice (a pull
+        // tops it up to 5 ms), below 0 by what ran on credit.
+        let local: Vec<i64> = crate::stats::group(&after, "t/q")?["local_usec"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|v| v.as_i64()).collect())
+            .unwrap_or_default();
+        ctx.figure("local_usec", format!("{local:?}").replace(' ', ""));
+        let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+        if local.len() != cpus || local.iter().any(|&us| us > 5_000) {
+            ctx.fail(format!("t/q's local_usec {local:?}: want {cpus} entries, none above a slice (5000)"));
+        }
     }
     if stalled > MOVE_STALLS_ALLOWED || !(max <= MOVE_PERIOD_US as f64 / 1e3 * 1.5) {
         ctx.fail(format!(
@@ -2397,6 +2419,120 @@ fn move_latency(ctx: &mut Ctx) -> Result<(), String> {
     // One CI run found the storm still running 15 s after (no move stalled); parking
     // anywhere left it running in 2 of 4 runs.
     end_fork_storm(ctx, storm, 20, Duration::from_secs(30))
+}
+
+/// Watches a thread's blocking operation (a cgroup move) from another thread. The first
+/// two times one takes longer than `after_ms` it records what the waiting thread's kernel
+/// stack shows, the scheduler's pool and per-CPU local runtimes of `cgroup`, and the state
+/// and kernel stack of every thread of `cgroup` that is not sleeping and of every runnable
+/// or blocked thread elsewhere, so a failed run shows what the move waited for.
+struct StallWatch {
+    started_ns: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<Vec<String>>,
+}
+
+impl StallWatch {
+    fn start(after_ms: f64, cgroup: &'static str) -> Self {
+        let started_ns = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        // SAFETY: gettid has no preconditions.
+        let waiter = unsafe { libc::gettid() };
+        let (s, st) = (started_ns.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            let mut out = Vec::new();
+            let mut seen = 0;
+            while !st.load(Relaxed) && out.len() < 2 {
+                sleep(Duration::from_millis(10));
+                let at = s.load(Relaxed);
+                if at == 0 || at == seen || crate::workload::mono_ns().saturating_sub(at) < (after_ms * 1e6) as u64 {
+                    continue;
+                }
+                seen = at;
+                out.push(stall_snapshot(waiter, cgroup, at));
+            }
+            out
+        });
+        StallWatch { started_ns, stop, thread }
+    }
+
+    fn begin(&self) {
+        self.started_ns.store(crate::workload::mono_ns(), Relaxed);
+    }
+
+    fn end(&self) {
+        self.started_ns.store(0, Relaxed);
+    }
+
+    /// Stops watching; the snapshots taken, one line each.
+    fn finish(self) -> Vec<String> {
+        self.stop.store(true, Relaxed);
+        self.thread.join().unwrap_or_default()
+    }
+}
+
+/// The innermost frames of a thread's kernel stack, innermost first ("a<b<c").
+fn kernel_stack(tid: &str) -> String {
+    std::fs::read_to_string(format!("/proc/{tid}/stack"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(1))
+        .map(|f| f.split('+').next().unwrap_or(f).to_string())
+        .take(6)
+        .collect::<Vec<_>>()
+        .join("<")
+}
+
+/// A thread's state letter (R, S, D, ...) from /proc/TID/stat.
+fn thread_state(tid: &str) -> String {
+    let st = std::fs::read_to_string(format!("/proc/{tid}/stat")).unwrap_or_default();
+    st.rsplit(") ").next().and_then(|r| r.split(' ').next()).unwrap_or("?").to_string()
+}
+
+/// One line for StallWatch: `waiter`, `cgroup` and the rest, `since` (mono ns) a wait began.
+fn stall_snapshot(waiter: i32, cgroup: &str, since: u64) -> String {
+    let waiter = waiter.to_string();
+    let mut line = format!(
+        "stall at {:.0} ms: mover {} [{}]",
+        crate::workload::mono_ns().saturating_sub(since) as f64 / 1e6,
+        thread_state(&waiter),
+        kernel_stack(&waiter)
+    );
+    if let Ok(m) = crate::stats::fetch() {
+        if let Ok(g) = crate::stats::group(&m, cgroup) {
+            line += &format!(" {cgroup}: pool_usec={} local_usec={}", g["pool_usec"], g["local_usec"]);
+        }
+    }
+    let tids = std::fs::read_to_string(crate::cgroup::path(cgroup).join("cgroup.threads")).unwrap_or_default();
+    let ours: Vec<&str> = tids.split_whitespace().collect();
+    let mut sleeping = 0;
+    for &tid in &ours {
+        let st = thread_state(tid);
+        if st == "S" {
+            sleeping += 1;
+        } else {
+            line += &format!(" | {tid} {st} [{}]", kernel_stack(tid));
+        }
+    }
+    line += &format!(" | {sleeping} more sleeping");
+    for task in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let pid = task.file_name().to_string_lossy().to_string();
+        if !pid.bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        for t in std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten() {
+            let tid = t.file_name().to_string_lossy().to_string();
+            if ours.contains(&tid.as_str()) || tid == waiter {
+                continue;
+            }
+            let st = thread_state(&tid);
+            if st == "R" || st == "D" {
+                let comm = std::fs::read_to_string(format!("/proc/{tid}/comm")).unwrap_or_default();
+                line += &format!(" | elsewhere {tid} {} {st} [{}]", comm.trim(), kernel_stack(&tid));
+            }
+        }
+    }
+    line
 }
 
 /// Tasks parked by a throttled group must still be able to die: a fatal signal has to
