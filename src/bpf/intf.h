@@ -12,8 +12,9 @@
  *    groups with a period below BW_SHORT_PERIOD_NS, whose refills a BPF
  *    timer does on the period grid; whoever refills stamps refilled_at, and
  *    the other skips that period.
- *  - struct bw_cpu (per CPU and per group, a per-CPU array): private to BPF,
- *    except that the agent's unthrottle program reads the throttle clocks.
+ *  - struct bw_cpu (per CPU and per group, a per-CPU array): written by BPF
+ *    only; the agent's unthrottle program reads the throttle clocks, and the
+ *    agent reads the local runtimes through the map for its statistics.
  *  - cgid_slot (hash map cgroup id -> slot): written by the agent only.
  */
 #ifndef __SCX_BANDWIDTH_INTF_H
