@@ -133,6 +133,8 @@ pub struct Metrics {
     pub kernel_credit: u64,
     #[stat(desc = "Times such a task was parked there anyway: its group had already run a slice on credit on that CPU")]
     pub kernel_debt: u64,
+    #[stat(desc = "Idle CPUs a tick found idling beside a task waiting in the shared queue, and kicked (a wakeup the kick of enqueue or the idle re-check missed)")]
+    pub idle_nudges: u64,
     #[stat(desc = "Times a CPU was taken by a higher scheduling class (an RT task such as this agent, a stop task) and the tasks queued on it were sent back through enqueue: to an idle CPU if there was one, else to the head of that CPU's queue with the slice they had left")]
     pub reenqueued: u64,
     #[stat(desc = "Period refills done by the agent")]
@@ -175,6 +177,7 @@ pub fn counters_into(m: &mut Metrics, counters: &[u64]) {
     m.unweighted_cgroups = c(bpf_intf::bw_stat_idx_BW_STAT_UNWEIGHTED);
     m.kernel_credit = c(bpf_intf::bw_stat_idx_BW_STAT_KERNEL_CREDIT);
     m.kernel_debt = c(bpf_intf::bw_stat_idx_BW_STAT_KERNEL_DEBT);
+    m.idle_nudges = c(bpf_intf::bw_stat_idx_BW_STAT_IDLE_NUDGE);
     m.reenqueued = c(bpf_intf::bw_stat_idx_BW_STAT_REENQ);
 }
 

@@ -233,6 +233,7 @@ enum bw_stat_idx {
 	BW_STAT_SHORT_CATCH_UP,	/* of BW_STAT_SHORT_REFILL: done by a pull, the timer not yet run */
 	BW_STAT_KERNEL_CREDIT,	/* throttled tasks let run on credit: in fork/exec/exit, RCU section, page fault */
 	BW_STAT_KERNEL_DEBT,	/* ... parked there anyway: a slice of debt on the CPU already */
+	BW_STAT_IDLE_NUDGE,	/* idle CPUs a tick found beside a waiting task, kicked */
 	BW_STAT_REENQ,		/* CPUs taken by a higher class (RT, stop): queued tasks re-enqueued */
 	BW_NR_STATS,
 };

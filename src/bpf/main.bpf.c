@@ -414,11 +414,57 @@ void BPF_STRUCT_OPS(bw_running, struct task_struct *p)
 	cg_activate(p, tctx);
 }
 
+/*
+ * Work conservation, checked from every tick of a busy CPU: a task waiting in
+ * the shared queue while another CPU it may run on idles gets that CPU
+ * kicked. enqueue's kick and update_idle's re-check should leave no such
+ * window, but the insert of ops.enqueue lands in the queue only after enqueue
+ * returns, so a CPU going idle at that moment can miss the task, and a CPU an
+ * enqueue picked can miss the kick: under TCG CPUs were seen idle for 3-20 ms
+ * beside a waiting task. At most BW_NUDGE_SCAN CPUs are looked at, from the
+ * next one on, and only while something waits.
+ */
+#define BW_NUDGE_SCAN 64
+
+static void nudge_idle_cpu(s32 this_cpu)
+{
+	const struct cpumask *online;
+	struct task_struct *p, *curr;
+	s32 i, cpu, target = -1;
+
+	if (!scx_bpf_dsq_nr_queued(BW_SHARED_DSQ))
+		return;
+	/* An offline CPU runs its idle task too, and ignores kicks. */
+	online = scx_bpf_get_online_cpumask();
+	bpf_for_each(scx_dsq, p, BW_SHARED_DSQ, 0) {
+		bpf_for(i, 1, BW_NUDGE_SCAN + 1) {
+			if (i >= nr_cpu_ids)
+				break;
+			cpu = (this_cpu + i) % nr_cpu_ids;
+			if (!bpf_cpumask_test_cpu(cpu, p->cpus_ptr) ||
+			    !bpf_cpumask_test_cpu(cpu, online))
+				continue;
+			curr = __COMPAT_scx_bpf_cpu_curr(cpu);
+			if (curr && (curr->flags & PF_IDLE)) {
+				target = cpu;
+				break;
+			}
+		}
+		break;
+	}
+	scx_bpf_put_cpumask(online);
+	if (target >= 0) {
+		bw_kick_cpu(target, 0);
+		stat_inc(BW_STAT_IDLE_NUDGE);
+	}
+}
+
 void BPF_STRUCT_OPS(bw_tick, struct task_struct *p)
 {
 	struct task_ctx *tctx = task_ctx(p);
 	bool paid;
 
+	nudge_idle_cpu(scx_bpf_task_cpu(p));
 	if (!tctx)
 		return;
 	/* A running task may have moved or its groups changed since it started. */

@@ -645,7 +645,7 @@ pub fn all() -> Vec<Scenario> {
         ),
         custom(
             "burst_latency",
-            "100ms/100ms + 100ms burst, 2 threads burning 60ms every 200ms: never throttled, p99 burn <= 75ms",
+            "100ms/100ms + 100ms burst, 2 threads burning 60ms every 200ms: never throttled, p99 burn <= 66ms",
             false,
             Limit { burst_us: 100_000, ..lim("t/a", 100_000, 100_000) },
             bursty_burst,
@@ -1196,16 +1196,15 @@ fn sigint_throttled(ctx: &mut Ctx) -> Result<(), String> {
 /// task ever parked, and p99 <= BURST_P99_MS. With the scheduler, its statistics are
 /// checked too: usage against cgroupfs (±5 %), and the used-based burst figures.
 ///
-/// BURST_P99_MS is not the issue's 66 ms. With nothing throttled or parked, the p99 of a
-/// 60 ms burn (the second slowest of about 196) measured 62.7-70.3 ms in 15 runs under TCG
-/// before 2026-12-01 (the kernel's CFS 62.0-64.7 ms in 8), the slow burns waiting 4-20 ms
-/// on a run queue. A trace then showed the other CPU idle during 8 of 17 such waits, and
-/// the first burns meeting the agent's first statistics table. With cpu_release (a task
-/// preempted by the agent goes to an idle CPU or keeps its turn) and the workload started
-/// 2 s after attach: 62.1-71.7 ms in 8 runs, one above 66 (62.0-65.0 in 18 runs with a
-/// tick that also kicked CPUs idling beside a waiting task, backed out; see the README).
-/// The bound guards against latency regressions above that spread; the issue stays open.
-const BURST_P99_MS: f64 = 75.0;
+/// BURST_P99_MS is the issue's 66 ms. With nothing throttled or parked, the p99 of a
+/// 60 ms burn (the second slowest of about 196) measured 62.7-70.3 ms in 15 runs under
+/// TCG before 2026-12-01 (the kernel's CFS 62.0-64.7 ms in 8), the slow burns waiting
+/// 4-20 ms on a run queue. A trace then showed the other CPU idle during 8 of 17 such
+/// waits, and the first burns meeting the agent's first statistics table: with a tick
+/// that kicks a CPU idling beside a waiting task, cpu_release, and the workload started
+/// 2 s after attach, 62.0-65.0 ms in 18 runs and 62.0-64.4 ms in 10 the next session
+/// (62.1-71.7 ms in 8 runs without the tick's kick).
+const BURST_P99_MS: f64 = 66.0;
 /// How long the group idles before the bursty workload starts (see bursty()).
 const BURSTY_SETTLE: Duration = Duration::from_secs(2);
 /// Long enough for 100+ burns per thread: the nearest-rank p99 of fewer than 100 burns is
@@ -1358,9 +1357,12 @@ impl StatsSpan {
                 per.iter().map(|(n, run, runs)| format!("{n}:{:.1}ms/{runs}", *run as f64 / 1e6)).collect();
             ctx.figure("agent_threads", threads.join(","));
         }
-        // CPUs taken by a higher class (the agent) whose queued tasks were sent back
+        // Work conservation: idle CPUs a tick found beside a waiting task, and CPUs
+        // taken by a higher class (the agent) whose queued tasks were sent back
         // through enqueue.
-        ctx.figure("reenqueued", crate::stats::num(&after, "reenqueued")? - crate::stats::num(&span.before, "reenqueued")?);
+        for k in ["idle_nudges", "reenqueued"] {
+            ctx.figure(k, crate::stats::num(&after, k)? - crate::stats::num(&span.before, k)?);
+        }
         let ratio = usage / cg_usage.max(1.0);
         ctx.figure("st.usage_vs_cgroupfs", format!("{ratio:.3}"));
         // The busiest of the last periods (scheduler's per-period usage), for diagnosis.
