@@ -131,8 +131,10 @@ pub struct Metrics {
     pub unweighted_cgroups: u64,
     #[stat(desc = "Times a task of a throttled group inside fork, exec or an RCU read-side section was let run a short slice on credit instead of parking there (parked there it would hold up every cgroup move on the machine); its group pays it back")]
     pub kernel_credit: u64,
-    #[stat(desc = "Times such a task was parked there anyway: its group had already run a slice on credit on that CPU")]
+    #[stat(desc = "Times such a task was parked there anyway: its group's CPUs already owed 9 ms or more for such runs (the bound is 10 ms in all)")]
     pub kernel_debt: u64,
+    #[stat(desc = "Tasks parked that way released by their group's next refill ahead of every queued task, after it paid the debts (also when that left the pool dry: the payment made room for their credit)")]
+    pub kernel_held_first: u64,
     #[stat(desc = "Idle CPUs a tick found idling beside a task waiting in the shared queue, and kicked (a wakeup the kick of enqueue or the idle re-check missed)")]
     pub idle_nudges: u64,
     #[stat(desc = "Times a CPU was taken by a higher scheduling class (an RT task such as this agent, a stop task) and the tasks queued on it were sent back through enqueue: to an idle CPU if there was one, else to the head of that CPU's queue with the slice they had left")]
@@ -177,6 +179,7 @@ pub fn counters_into(m: &mut Metrics, counters: &[u64]) {
     m.unweighted_cgroups = c(bpf_intf::bw_stat_idx_BW_STAT_UNWEIGHTED);
     m.kernel_credit = c(bpf_intf::bw_stat_idx_BW_STAT_KERNEL_CREDIT);
     m.kernel_debt = c(bpf_intf::bw_stat_idx_BW_STAT_KERNEL_DEBT);
+    m.kernel_held_first = c(bpf_intf::bw_stat_idx_BW_STAT_HELD_FIRST);
     m.idle_nudges = c(bpf_intf::bw_stat_idx_BW_STAT_IDLE_NUDGE);
     m.reenqueued = c(bpf_intf::bw_stat_idx_BW_STAT_REENQ);
 }

@@ -141,6 +141,11 @@ struct task_ctx {
 	u32 act_weight;
 	/* Queued by enqueue on credit, holding the kernel up (bw_kernel_credit). */
 	u32 kernel_credit;
+	/*
+	 * Last refused credit although it held the kernel up (its groups' debt
+	 * was at the bound): a refill releases it ahead of the others.
+	 */
+	u32 held_kernel;
 };
 
 struct {
@@ -331,7 +336,8 @@ static bool bw_assign(struct bw_group *g, struct bw_cpu *c, u32 slot)
 		take = avail < want ? avail : want;
 		if (__sync_val_compare_and_swap(&g->runtime, avail, avail - take) != avail)
 			continue;
-		c->runtime += take;
+		/* Atomic: the agent's refill may pay this CPU's debt (bw_pay_debts). */
+		__sync_fetch_and_add(&c->runtime, take);
 		__sync_fetch_and_add(&g->pulled, take);
 		stat_inc(BW_STAT_PULL);
 		if (READ_ONCE(g->idle))
@@ -386,8 +392,8 @@ static bool bw_account(struct task_ctx *tctx, u64 delta)
 			continue;
 
 		__sync_fetch_and_add(&g->usage, delta);
-		c->runtime -= delta;
-		if (c->runtime > 0)
+		__sync_fetch_and_sub(&c->runtime, delta);
+		if (READ_ONCE(c->runtime) > 0)
 			continue;
 		if (!bw_assign(g, c, slot)) {
 			bw_throttle(g, c);
@@ -523,10 +529,10 @@ static __always_inline bool bw_starving(struct task_ctx *tctx)
  * task goes straight back to its CPU without enqueue; a timer stops it too
  * late, often inside a new system call (tried 2026-12-01). So such a task
  * runs on credit, a short slice at a time, until it is caught outside: its
- * CPU's local runtime goes negative and the group's next pulls there pay it
- * back. Beyond a slice of such debt on the CPU it parks wherever it is, as
- * before, so what a group gets over any time is off by at most a slice per
- * CPU.
+ * CPU's local runtime goes negative. Where that would take what the group's
+ * CPUs owe past BW_DEBT_MAX_NS it parks wherever it is, as before, so what a
+ * group gets over any time is off by at most that. The next refill pays the
+ * debts first (bw_pay_debts) and releases such tasks ahead of all others.
  */
 
 /*
@@ -583,21 +589,43 @@ static __always_inline bool bw_in_page_fault(struct task_struct *p)
 	return BPF_CORE_READ_BITFIELD_PROBED(t, in_lru_fault);
 }
 
+/*
+ * Whether the debt of group @slot leaves room for another run on credit: what
+ * its CPUs owe, with that run, stays within BW_DEBT_MAX_NS. The refill pays
+ * debts first (bw_pay_debts), so a task refused here waits one period at most.
+ */
+static bool bw_debt_room(u32 slot)
+{
+	s64 debt = 0;
+	s32 cpu;
+
+	bpf_for(cpu, 0, nr_cpu_ids) {
+		struct bw_cpu *c = bpf_map_lookup_percpu_elem(&bw_cpus, &slot, cpu);
+		s64 rt;
+
+		if (!c)
+			continue;
+		rt = READ_ONCE(c->runtime);
+		if (rt < 0)
+			debt -= rt;
+	}
+	return debt + BW_RESCUE_SLICE_NS <= BW_DEBT_MAX_NS;
+}
+
 /* Whether @p, of a throttled group, runs on instead of parking (see above). */
 static bool bw_kernel_credit(struct task_struct *p, struct task_ctx *tctx)
 {
 	s32 i;
 
+	tctx->held_kernel = 0;
 	if (!bw_kernel_credit_on || (p->flags & PF_KTHREAD) ||
 	    !(bw_in_rcu_read_section(p) || bw_in_fork_exec_exit(p) || bw_in_page_fault(p)))
 		return false;
 	bpf_for(i, 0, BW_MAX_CHAIN) {
-		struct bw_cpu *c;
-
 		if (i >= tctx->nr_chain)
 			break;
-		c = bw_cpu_local(chain_slot(tctx, i));
-		if (c && c->runtime < -(s64)bw_slice_ns) {
+		if (!bw_debt_room(chain_slot(tctx, i))) {
+			tctx->held_kernel = 1;
 			stat_inc(BW_STAT_KERNEL_DEBT);
 			return false;
 		}
@@ -634,6 +662,7 @@ static __always_inline void bw_note_unparked(struct task_ctx *tctx)
 	struct bw_group *g;
 	u64 wait;
 
+	tctx->held_kernel = 0;
 	if (!tctx->parked_at)
 		return;
 	wait = bpf_ktime_get_ns() - tctx->parked_at;
@@ -721,7 +750,7 @@ static void bw_return_slack(struct task_ctx *tctx, bool preempted)
 		slack = c->runtime - (preempted ? 0 : (s64)BW_MIN_LOCAL_NS);
 		if (slack <= 0)
 			continue;
-		c->runtime -= slack;
+		__sync_fetch_and_sub(&c->runtime, slack);
 		__sync_fetch_and_add(&g->slack_returned, slack);
 		__sync_fetch_and_add(&g->nr_slack_returns, 1);
 		stat_add(BW_STAT_SLACK, slack);
@@ -805,10 +834,56 @@ static void bw_settle_throttle_clocks(struct bw_group *g, u32 slot)
 }
 
 /*
- * Unthrottle, run by the agent right after it refilled a pool: settle each
- * CPU's throttle clock into throttled_time, clear the throttle and move the
- * parked tasks back to the shared queue, then wake idle CPUs to run them.
- * A pool that is still empty stays throttled.
+ * A refill pays what the group's CPUs owe (runs on credit) out of the pool
+ * first, as their next pulls would, but now, whichever CPU runs the group
+ * next: otherwise a CPU deep in debt swallowed the refill there, left the
+ * pool dry and its group throttled for further periods.
+ */
+static void bw_pay_debts(u32 slot)
+{
+	s32 cpu;
+
+	bpf_for(cpu, 0, nr_cpu_ids) {
+		struct bw_cpu *c = bpf_map_lookup_percpu_elem(&bw_cpus, &slot, cpu);
+		/* Looked up each time: the verifier loses its bounds across the loop. */
+		struct bw_group *g = bw_group(slot);
+		s64 owed, avail, take;
+
+		if (!c || !g)
+			continue;
+		owed = -READ_ONCE(c->runtime);
+		if (owed <= 0)
+			continue;
+		avail = READ_ONCE(g->runtime);
+		if (avail <= 0)
+			break;
+		take = avail < owed ? avail : owed;
+		if (__sync_val_compare_and_swap(&g->runtime, avail, avail - take) != avail)
+			continue;
+		__sync_fetch_and_add(&c->runtime, take);
+		__sync_fetch_and_add(&g->pulled, take);
+	}
+}
+
+/* The vtime of the first task in @dsq_id, or the largest vtime if it is empty. */
+static u64 bw_dsq_front_vtime(u64 dsq_id)
+{
+	struct task_struct *p;
+	u64 front = (u64)-1 >> 1;
+
+	bpf_for_each(scx_dsq, p, dsq_id, 0) {
+		front = p->scx.dsq_vtime;
+		break;
+	}
+	return front;
+}
+
+/*
+ * Unthrottle, run by the agent right after it refilled a pool: pay the CPUs'
+ * debts out of it, settle each CPU's throttle clock into throttled_time, clear
+ * the throttle and move the parked tasks back to the shared queue, those that
+ * hold the kernel up first, then wake idle CPUs to run them. A pool that is
+ * still empty stays throttled.
  */
 SEC("syscall")
 int bw_unthrottle(struct bw_unthrottle_args *args)
@@ -816,6 +891,7 @@ int bw_unthrottle(struct bw_unthrottle_args *args)
 	u32 slot = args->slot;
 	struct bw_group *g = bw_group(slot);
 	struct task_struct *p;
+	u64 front, park_front;
 	bool dry;
 
 	if (!g)
@@ -828,6 +904,10 @@ int bw_unthrottle(struct bw_unthrottle_args *args)
 	 * shared queue, where dispatch rescues them. Without that they would
 	 * wait as long as the group's running tasks win every refill.
 	 */
+	bw_pay_debts(slot);
+	g = bw_group(slot);
+	if (!g)
+		return -EINVAL;
 	dry = READ_ONCE(g->runtime) <= 0;
 	if (!dry) {
 		/* Clear first: from here on new wakeups go to the shared queue. */
@@ -837,6 +917,29 @@ int bw_unthrottle(struct bw_unthrottle_args *args)
 
 	/* Syscall programs iterate DSQs under RCU. */
 	bpf_rcu_read_lock();
+	/*
+	 * Tasks parked holding the kernel up (bw_kernel_credit refused them at
+	 * the debt bound) go first, ahead of every queued task, and also when
+	 * the pool is dry: the debts just paid leave them room to run on
+	 * credit, and until they finish, cgroup moves, RCU grace periods and
+	 * their siblings' forks wait on them.
+	 */
+	front = bw_dsq_front_vtime(BW_SHARED_DSQ);
+	park_front = bw_dsq_front_vtime(BW_PARK_DSQ_BASE + slot);
+	if ((s64)(park_front - front) < 0)
+		front = park_front;
+	bpf_for_each(scx_dsq, p, BW_PARK_DSQ_BASE + slot, 0) {
+		struct task_ctx *tctx = task_ctx(p);
+
+		if (!tctx || !tctx->held_kernel)
+			continue;
+		if ((s64)(p->scx.dsq_vtime - front) >= 0)
+			scx_bpf_dsq_move_set_vtime(BPF_FOR_EACH_ITER, front - 1);
+		if (scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, BW_SHARED_DSQ, 0)) {
+			args->nr_released++;
+			stat_inc(BW_STAT_HELD_FIRST);
+		}
+	}
 	bpf_for_each(scx_dsq, p, BW_PARK_DSQ_BASE + slot, 0) {
 		if (dry) {
 			struct task_ctx *tctx = task_ctx(p);

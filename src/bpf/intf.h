@@ -78,6 +78,11 @@ enum bw_consts {
 	 */
 	BW_RESCUE_MS		= 5000,
 	BW_RESCUE_SLICE_NS	= 1000 * 1000,
+	/*
+	 * Most a group's CPUs may owe in all for runs on credit by tasks that
+	 * hold the kernel up (bw_kernel_credit): two slices.
+	 */
+	BW_DEBT_MAX_NS		= 10 * 1000 * 1000,
 
 	/*
 	 * Short periods: a group whose period is below this is refilled by a
@@ -232,7 +237,8 @@ enum bw_stat_idx {
 	BW_STAT_SHORT_MISSED,	/* grid points a short-period timer passed unfired (late by a period) */
 	BW_STAT_SHORT_CATCH_UP,	/* of BW_STAT_SHORT_REFILL: done by a pull, the timer not yet run */
 	BW_STAT_KERNEL_CREDIT,	/* throttled tasks let run on credit: in fork/exec/exit, RCU section, page fault */
-	BW_STAT_KERNEL_DEBT,	/* ... parked there anyway: a slice of debt on the CPU already */
+	BW_STAT_KERNEL_DEBT,	/* ... parked there anyway: their groups' debt at the bound */
+	BW_STAT_HELD_FIRST,	/* ... released ahead of the queue at the next refill */
 	BW_STAT_IDLE_NUDGE,	/* idle CPUs a tick found beside a waiting task, kicked */
 	BW_STAT_REENQ,		/* CPUs taken by a higher class (RT, stop): queued tasks re-enqueued */
 	BW_NR_STATS,

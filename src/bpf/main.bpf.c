@@ -314,11 +314,13 @@ void BPF_STRUCT_OPS(bw_dispatch, s32 cpu, struct task_struct *prev)
 			 * it releases the park queue. bw_throttle() leaves the
 			 * flag clear when a refill raced with the failed pull;
 			 * such a task runs and pulls from the refilled pool.
-			 * One that holds the kernel up (enqueue found) runs too:
-			 * running() gives it a slice on credit.
+			 * One that holds the kernel up (enqueue found, or a refill
+			 * released it as such) runs too: running() gives it a
+			 * slice on credit.
 			 */
 			if (slot >= 0 && !bw_starving(tctx) && bw_slot_throttled(slot) &&
-			    !tctx->kernel_credit) {
+			    !tctx->kernel_credit &&
+			    !(tctx->held_kernel && bw_kernel_credit(p, tctx))) {
 				if (scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p,
 							   BW_PARK_DSQ_BASE + slot, 0)) {
 					bw_note_parked(tctx, slot);

@@ -2331,8 +2331,11 @@ const MOVE_STALLS_ALLOWED: usize = 1;
 /// runs), one stalled move in the other 2 (246.4, 250.1 ms: something else still parks
 /// holding what a move needs); with `--park-in-kernel` (parking anywhere, as before) 3-5 stalled moves in 3 of
 /// 4 runs (up to 731 ms), the fork storm stuck past its end in 2 of 4; the kernel's CFS
-/// 19.7 ms. And the group's usage over the 40 periods within one quota plus a slice per CPU
-/// (the most credit may be owed) of its limit: 0.983-1.022.
+/// 19.7 ms. And the group's usage over the 40 periods within one quota plus the most credit
+/// may be owed (10 ms) of its limit: 0.983-1.022. Later that day a stalled move in 7 of 47
+/// runs, 4 failing (up to 2.0 s: a CPU deep in debt swallowed each refill); since refills
+/// pay the debts first and release the tasks parked holding the kernel up ahead of the
+/// rest, 1 of 30 (259 ms), none failing, usage 0.962-1.047.
 /// The limit of `move_latency`'s forking group.
 const MOVE_QUOTA_US: u64 = 5_000;
 const MOVE_PERIOD_US: u64 = 250_000;
@@ -2375,8 +2378,9 @@ fn move_latency(ctx: &mut Ctx) -> Result<(), String> {
     let secs = start.elapsed().as_secs_f64();
     let used = (crate::cgroup::read_usage_usec("t/q")? - usage0) as f64 / 1e6 / secs;
     let ratio = used / (QUOTA_US as f64 / PERIOD_US as f64);
-    // One quota of phase, and up to a slice (5 ms) per CPU run on credit and not yet paid.
-    let tol = (QUOTA_US as f64 + 2.0 * 5_000.0) / (QUOTA_US as f64 * secs * 1e6 / PERIOD_US as f64);
+    // One quota of phase, and what the group's CPUs may owe for runs on credit, not yet
+    // paid (BW_DEBT_MAX_NS, 10 ms).
+    let tol = (QUOTA_US as f64 + 10_000.0) / (QUOTA_US as f64 * secs * 1e6 / PERIOD_US as f64);
     ctx.figure("q.ratio", format!("{ratio:.3}"));
     ctx.figure("q.tol", format!("{tol:.3}"));
     if (ratio - 1.0).abs() > tol {
@@ -2397,7 +2401,7 @@ fn move_latency(ctx: &mut Ctx) -> Result<(), String> {
         for f in ["nr_throttled", "nr_parked"] {
             ctx.figure(f, crate::stats::group_delta(&before, &after, "t/q", f)?);
         }
-        for k in ["kernel_credit", "kernel_debt"] {
+        for k in ["kernel_credit", "kernel_debt", "kernel_held_first"] {
             ctx.figure(k, crate::stats::num(&after, k)? - crate::stats::num(&before, k)?);
         }
         // The local runtime each CPU holds: one entry per CPU, never above a slice (a pull
