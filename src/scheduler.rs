@@ -1093,17 +1093,18 @@ fn read_counters(map: &libbpf_rs::Map) -> Vec<u64> {
 
 /// One global counter (enum bw_stat_idx), summed over CPUs.
 fn read_counter(map: &libbpf_rs::Map, idx: u32) -> u64 {
-    map.lookup_percpu(&idx.to_ne_bytes(), MapFlags::ANY)
-        .ok()
-        .flatten()
-        .map(|cpus| cpus.iter().map(|v| u64::from_ne_bytes(v[..8].try_into().unwrap())).sum())
-        .unwrap_or(0)
+    read_percpu_field(map, idx, 0).iter().map(|&v| v as u64).sum()
 }
 
 /// The local runtime (ns) of group `slot` on each possible CPU (bw_cpus).
 fn read_local_runtimes(map: &libbpf_rs::Map, slot: usize) -> Vec<i64> {
-    let at = std::mem::offset_of!(bpf_intf::bw_cpu, runtime);
-    map.lookup_percpu(&(slot as u32).to_ne_bytes(), MapFlags::ANY)
+    read_percpu_field(map, slot as u32, std::mem::offset_of!(bpf_intf::bw_cpu, runtime))
+}
+
+/// The 8-byte field at byte offset `at` of entry `key` of a per-CPU array, one value per
+/// possible CPU; empty when the lookup fails, 0 for a value too short to hold it.
+fn read_percpu_field(map: &libbpf_rs::Map, key: u32, at: usize) -> Vec<i64> {
+    map.lookup_percpu(&key.to_ne_bytes(), MapFlags::ANY)
         .ok()
         .flatten()
         .map(|cpus| {

@@ -2491,8 +2491,7 @@ fn kernel_stack(tid: &str) -> String {
 
 /// A thread's state letter (R, S, D, ...) from /proc/TID/stat.
 fn thread_state(tid: &str) -> String {
-    let st = std::fs::read_to_string(format!("/proc/{tid}/stat")).unwrap_or_default();
-    st.rsplit(") ").next().and_then(|r| r.split(' ').next()).unwrap_or("?").to_string()
+    crate::sched::stat_fields(tid).and_then(|f| f.into_iter().next()).unwrap_or_else(|| "?".into())
 }
 
 /// One line for StallWatch: `waiter`, `cgroup` and the rest, `since` (mono ns) a wait began.

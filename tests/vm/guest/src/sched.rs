@@ -53,11 +53,16 @@ fn parse_ext_enabled(sched: &str) -> Option<bool> {
 
 /// utime + stime of process `pid` (all its threads), in clock ticks.
 pub fn cpu_ticks(pid: u32) -> Option<u64> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the command name (which may contain spaces) start at state (field 3).
-    let rest = &stat[stat.rfind(')')? + 2..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
+    let f = stat_fields(&pid.to_string())?;
     Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+}
+
+/// The fields of /proc/ID/stat (a process or any thread) after the command name, which may
+/// contain spaces: the first is the state (field 3 in proc(5)).
+pub fn stat_fields(id: &str) -> Option<Vec<String>> {
+    let stat = fs::read_to_string(format!("/proc/{id}/stat")).ok()?;
+    let rest = stat.get(stat.rfind(')')? + 2..)?;
+    Some(rest.split_whitespace().map(str::to_string).collect())
 }
 
 /// A thread's /proc/PID/task/TID/schedstat: (ns on CPU, ns waiting to run, times run).
