@@ -75,6 +75,11 @@ pub struct Opts {
     #[arg(long)]
     pub park_in_kernel: bool,
 
+    /// Test only: ops.init_task creates no task contexts, as when its allocation
+    /// fails, so that enqueue and running create them (the `deferred_ctx` VM test).
+    #[arg(long, hide = true)]
+    pub test_defer_task_ctx: bool,
+
     /// Print per-group statistics every SECS seconds while running.
     #[arg(long, value_name = "SECS", value_parser = secs)]
     pub stats: Option<f64>,

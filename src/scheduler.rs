@@ -197,6 +197,7 @@ impl<'a> Scheduler<'a> {
         rodata.agent_tgid = std::process::id() as i32;
         rodata.bw_slack_return = !opts.no_slack_return;
         rodata.bw_kernel_credit_on = !opts.park_in_kernel;
+        rodata.bw_init_task_ctx = !opts.test_defer_task_ctx;
 
         // scx_ops_open! cleared the op if the kernel lacks it (and warned).
         let cgroupfs_limits = !skel.struct_ops.bandwidth_ops().cgroup_set_bandwidth.is_null();

@@ -139,6 +139,10 @@ pub struct Metrics {
     pub idle_nudges: u64,
     #[stat(desc = "Times a CPU was taken by a higher scheduling class (an RT task such as this agent, a stop task) and the tasks queued on it were sent back through enqueue: to an idle CPU if there was one, else to the head of that CPU's queue with the slice they had left")]
     pub reenqueued: u64,
+    #[stat(desc = "Task contexts ops.init_task could not allocate (the scheduler would otherwise fail to attach), created when the task was first queued or run")]
+    pub task_ctx_late: u64,
+    #[stat(desc = "Times a task had no context even then (allocation failed again): it was scheduled without its groups' limits that once")]
+    pub task_ctx_missing: u64,
     #[stat(desc = "Period refills done by the agent")]
     pub refills: u64,
     #[stat(desc = "Slack distributions done by the agent")]
@@ -182,6 +186,8 @@ pub fn counters_into(m: &mut Metrics, counters: &[u64]) {
     m.kernel_held_first = c(bpf_intf::bw_stat_idx_BW_STAT_HELD_FIRST);
     m.idle_nudges = c(bpf_intf::bw_stat_idx_BW_STAT_IDLE_NUDGE);
     m.reenqueued = c(bpf_intf::bw_stat_idx_BW_STAT_REENQ);
+    m.task_ctx_late = c(bpf_intf::bw_stat_idx_BW_STAT_CTX_LATE);
+    m.task_ctx_missing = c(bpf_intf::bw_stat_idx_BW_STAT_CTX_MISSING);
 }
 
 /// Upper bound (µs, exclusive) of throttle-wait bucket `b`: buckets 0..4 are 0..4 µs,

@@ -140,12 +140,18 @@ struct task_ctx {
 	u64 act_cgid;
 	u32 act_weight;
 	/* Queued by enqueue on credit, holding the kernel up (bw_kernel_credit). */
-	u32 kernel_credit;
+	u16 kernel_credit;
 	/*
 	 * Last refused credit although it held the kernel up (its groups' debt
 	 * was at the bound): a refill releases it ahead of the others.
 	 */
-	u32 held_kernel;
+	u16 held_kernel;
+	/*
+	 * 120 bytes, which with the kernel's 72-byte storage header fills a
+	 * 192-byte allocation; at 128 one CI run failed to allocate one
+	 * (task_ctx_create). Whether the larger size class mattered is not
+	 * known; the two flags fit in the old size.
+	 */
 };
 
 struct {
@@ -199,6 +205,29 @@ static bool bw_emit(u32 kind, u32 slot, u64 cgid, u64 period_us, u64 quota_us, u
 static __always_inline struct task_ctx *task_ctx(const struct task_struct *p)
 {
 	return bpf_task_storage_get(&task_ctxs, (struct task_struct *)p, 0, 0);
+}
+
+/* Whether ops.init_task creates task contexts (off only to test the fallback). */
+const volatile bool bw_init_task_ctx = true;
+
+/*
+ * @p's context, created if it has none. ops.init_task creates it, but the
+ * allocation can fail there: enabling the scheduler allocates one for every
+ * task of the machine in a row, and one CI run had "ops.init_task() failed
+ * (-12) for init[1]", which ejected the scheduler before it attached. A task
+ * left without one is given it here, by enqueue or running, before it is
+ * scheduled or charged; zeroed, its chain is stale (BW_GEN_STALE) and resolves
+ * on use. A task that never gets one is scheduled without limits: counted.
+ */
+static __always_inline struct task_ctx *task_ctx_create(struct task_struct *p)
+{
+	struct task_ctx *tctx = task_ctx(p);
+
+	if (tctx)
+		return tctx;
+	tctx = bpf_task_storage_get(&task_ctxs, p, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	stat_inc(tctx ? BW_STAT_CTX_LATE : BW_STAT_CTX_MISSING);
+	return tctx;
 }
 
 static __always_inline struct bw_group *bw_group(u32 slot)

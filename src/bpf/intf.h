@@ -241,6 +241,8 @@ enum bw_stat_idx {
 	BW_STAT_HELD_FIRST,	/* ... released ahead of the queue at the next refill */
 	BW_STAT_IDLE_NUDGE,	/* idle CPUs a tick found beside a waiting task, kicked */
 	BW_STAT_REENQ,		/* CPUs taken by a higher class (RT, stop): queued tasks re-enqueued */
+	BW_STAT_CTX_LATE,	/* task contexts init_task could not allocate, created at first use */
+	BW_STAT_CTX_MISSING,	/* ... not even then: the task ran without limits that time */
 	BW_NR_STATS,
 };
 

@@ -125,7 +125,7 @@ s32 BPF_STRUCT_OPS(bw_select_cpu, struct task_struct *p, s32 prev_cpu, u64 wake_
 
 void BPF_STRUCT_OPS(bw_enqueue, struct task_struct *p, u64 enq_flags)
 {
-	struct task_ctx *tctx = task_ctx(p);
+	struct task_ctx *tctx = task_ctx_create(p);
 	u64 vtime = p->scx.dsq_vtime;
 	s32 slot, cpu;
 
@@ -374,7 +374,7 @@ void BPF_STRUCT_OPS(bw_update_idle, s32 cpu, bool idle)
 
 void BPF_STRUCT_OPS(bw_running, struct task_struct *p)
 {
-	struct task_ctx *tctx = task_ctx(p);
+	struct task_ctx *tctx = task_ctx_create(p);
 
 	if (vtime_before(vtime_now, p->scx.dsq_vtime))
 		vtime_now = p->scx.dsq_vtime;
@@ -567,10 +567,12 @@ s32 BPF_STRUCT_OPS(bw_init_task, struct task_struct *p, struct scx_init_task_arg
 {
 	struct task_ctx *tctx;
 
+	/* Failing here would eject the scheduler: enqueue creates it then. */
+	if (!bw_init_task_ctx)
+		return 0;
 	tctx = bpf_task_storage_get(&task_ctxs, p, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
-	if (!tctx)
-		return -ENOMEM;
-	tctx->gen = BW_GEN_STALE;
+	if (tctx)
+		tctx->gen = BW_GEN_STALE;
 	return 0;
 }
 

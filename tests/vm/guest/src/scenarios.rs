@@ -667,6 +667,13 @@ pub fn all() -> Vec<Scenario> {
             cgroups: vec!["t/c01"],
             body: Body::Custom(deep_cpu_max),
         },
+        custom(
+            "deferred_ctx",
+            "task contexts not made by init_task (as when its allocation fails): made at first use, 30ms/100ms held ±2%",
+            true,
+            lim("t/a", 30_000, 100_000),
+            deferred_ctx,
+        ),
         Scenario {
             name: "cpu_max",
             about: "no config: cpu.max set before attach and written while running is enforced (±2%), \"max\" frees, cpu.max.burst lets a paused group burst",
@@ -1558,6 +1565,32 @@ fn deep_cpu_max(ctx: &mut Ctx) -> Result<(), String> {
         ctx.fail("the cut chain was not reported in the scheduler's log");
     }
     ctx.kill_works(w);
+    Ok(())
+}
+
+/// A task whose context ops.init_task could not allocate (one CI run ejected the scheduler
+/// at attach with "ops.init_task() failed (-12) for init[1]") gets it when first queued or
+/// run. `--test-defer-task-ctx` makes init_task create none, for every task: two hog
+/// threads running before the scheduler attaches and one forked after, in a 30 ms / 100 ms
+/// group, must be held to the limit ±2 %, their contexts counted as made late
+/// (`task_ctx_late` at least 3) and none missing.
+fn deferred_ctx(ctx: &mut Ctx) -> Result<(), String> {
+    ctx.stop_sched()?;
+    let before = ctx.spawn(&hog("t/a", 2), 60)?;
+    sleep(Duration::from_millis(300));
+    ctx.start_sched(&["--test-defer-task-ctx"])?;
+    ctx.spawn(&hog("t/a", 1), 60)?;
+    ctx.check_on_scx(before);
+    measure_ratio(ctx, "a", "t/a", 0.3, 0.02)?;
+    let m = crate::stats::fetch()?;
+    let late = crate::stats::num(&m, "task_ctx_late")?;
+    let missing = crate::stats::num(&m, "task_ctx_missing")?;
+    ctx.figure("task_ctx_late", late);
+    ctx.figure("task_ctx_missing", missing);
+    if late < 3.0 || missing != 0.0 {
+        ctx.fail(format!("task_ctx_late {late} (want >= 3: the hogs' threads), task_ctx_missing {missing} (want 0)"));
+    }
+    ctx.kill_works(before);
     Ok(())
 }
 
