@@ -894,7 +894,7 @@ static void bw_pay_debts(u32 slot)
 	}
 }
 
-/* The vtime of the first task in @dsq_id, or the largest vtime if it is empty. */
+/* The vtime of the first task in @dsq_id, or one after any other if it is empty. */
 static u64 bw_dsq_front_vtime(u64 dsq_id)
 {
 	struct task_struct *p;
@@ -926,17 +926,18 @@ int bw_unthrottle(struct bw_unthrottle_args *args)
 	if (!g)
 		return -EINVAL;
 	args->nr_released = 0;
-	/*
-	 * The pool may be drained again already (a CPU running a task of the
-	 * group pulled the refill at once): the group stays throttled and its
-	 * parked tasks wait, except those parked BW_RESCUE_MS, which go to the
-	 * shared queue, where dispatch rescues them. Without that they would
-	 * wait as long as the group's running tasks win every refill.
-	 */
 	bw_pay_debts(slot);
 	g = bw_group(slot);
 	if (!g)
 		return -EINVAL;
+	/*
+	 * The pool may be drained again already (the debts took it all, or a
+	 * CPU running a task of the group pulled the refill at once): the group
+	 * stays throttled and its parked tasks wait, except those parked
+	 * BW_RESCUE_MS, which go to the shared queue, where dispatch rescues
+	 * them, and those that hold the kernel up (below). Without that they
+	 * would wait as long as the group's running tasks win every refill.
+	 */
 	dry = READ_ONCE(g->runtime) <= 0;
 	if (!dry) {
 		/* Clear first: from here on new wakeups go to the shared queue. */
