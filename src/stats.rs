@@ -62,7 +62,7 @@ pub struct GroupMetrics {
     pub nr_slack_returns: u64,
     #[stat(desc = "Runtime left in the pool now (µs, a level)")]
     pub pool_usec: i64,
-    #[stat(desc = "Local runtime each CPU holds for the group now, by CPU number (µs, a level; negative: a debt run on credit, paid from that CPU's next pulls)")]
+    #[stat(desc = "Local runtime each CPU holds for the group now, by CPU number (µs, a level; negative: a debt run on credit, paid by the group's next refill or that CPU's next pull)")]
     pub local_usec: Vec<i64>,
     #[stat(desc = "Tasks parked because the group was throttled")]
     pub nr_parked: u64,

@@ -13,8 +13,10 @@
  *    timer does on the period grid; whoever refills stamps refilled_at, and
  *    the other skips that period.
  *  - struct bw_cpu (per CPU and per group, a per-CPU array): written by BPF
- *    only; the agent's unthrottle program reads the throttle clocks, and the
- *    agent reads the local runtimes through the map for its statistics.
+ *    only, by its CPU and by the agent's unthrottle program, which also pays
+ *    the CPUs' debts out of a refill (runtime changes are atomic for that)
+ *    and reads the throttle clocks; the agent reads the local runtimes through
+ *    the map for its statistics.
  *  - cgid_slot (hash map cgroup id -> slot): written by the agent only.
  */
 #ifndef __SCX_BANDWIDTH_INTF_H

@@ -1088,8 +1088,8 @@ fn hotplug(ctx: &mut Ctx) -> Result<(), String> {
     ctx.healthy()?;
 
     let after = crate::stats::fetch()?;
-    let seen = crate::stats::num(&after, "hotplug")? - crate::stats::num(&before, "hotplug")?;
-    let returned = crate::stats::num(&after, "hotplug_returned_usec")? - crate::stats::num(&before, "hotplug_returned_usec")?;
+    let seen = crate::stats::delta(&before, &after, "hotplug")?;
+    let returned = crate::stats::delta(&before, &after, "hotplug_returned_usec")?;
     ctx.figure("hotplug_seen", seen);
     ctx.figure("returned_ms", format!("{:.1}", returned / 1e3));
     if seen != toggles as f64 {
@@ -1368,7 +1368,7 @@ impl StatsSpan {
         // taken by a higher class (the agent) whose queued tasks were sent back
         // through enqueue.
         for k in ["idle_nudges", "reenqueued"] {
-            ctx.figure(k, crate::stats::num(&after, k)? - crate::stats::num(&span.before, k)?);
+            ctx.figure(k, crate::stats::delta(&span.before, &after, k)?);
         }
         let ratio = usage / cg_usage.max(1.0);
         ctx.figure("st.usage_vs_cgroupfs", format!("{ratio:.3}"));
@@ -2435,7 +2435,7 @@ fn move_latency(ctx: &mut Ctx) -> Result<(), String> {
             ctx.figure(f, crate::stats::group_delta(&before, &after, "t/q", f)?);
         }
         for k in ["kernel_credit", "kernel_debt", "kernel_held_first"] {
-            ctx.figure(k, crate::stats::num(&after, k)? - crate::stats::num(&before, k)?);
+            ctx.figure(k, crate::stats::delta(&before, &after, k)?);
         }
         // The local runtime each CPU holds: one entry per CPU, never above a slice (a pull
         // tops it up to 5 ms), below 0 by what ran on credit.
@@ -2553,21 +2553,15 @@ fn stall_snapshot(waiter: i32, cgroup: &str, since: u64) -> String {
         }
     }
     line += &format!(" | {sleeping} more sleeping");
-    for task in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let pid = task.file_name().to_string_lossy().to_string();
-        if !pid.bytes().all(|b| b.is_ascii_digit()) {
+    for (_, tid) in crate::sched::all_tids() {
+        let tid = tid.to_string();
+        if ours.contains(&tid.as_str()) || tid == waiter {
             continue;
         }
-        for t in std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten() {
-            let tid = t.file_name().to_string_lossy().to_string();
-            if ours.contains(&tid.as_str()) || tid == waiter {
-                continue;
-            }
-            let st = thread_state(&tid);
-            if st == "R" || st == "D" {
-                let comm = std::fs::read_to_string(format!("/proc/{tid}/comm")).unwrap_or_default();
-                line += &format!(" | elsewhere {tid} {} {st} [{}]", comm.trim(), kernel_stack(&tid));
-            }
+        let st = thread_state(&tid);
+        if st == "R" || st == "D" {
+            let comm = std::fs::read_to_string(format!("/proc/{tid}/comm")).unwrap_or_default();
+            line += &format!(" | elsewhere {tid} {} {st} [{}]", comm.trim(), kernel_stack(&tid));
         }
     }
     line

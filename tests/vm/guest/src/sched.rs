@@ -91,17 +91,23 @@ pub fn threads_by_name(pid: u32) -> std::collections::BTreeMap<String, (u64, u64
 /// CPU ns and times run of every thread of the machine, by (pid, tid), with its name.
 pub fn all_threads() -> std::collections::BTreeMap<(u32, u32), (String, u64, u64)> {
     let mut all = std::collections::BTreeMap::new();
-    let Ok(procs) = fs::read_dir("/proc") else { return all };
-    for pid in procs.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok()) {
-        for tid in threads(pid) {
-            if let (Some((run, _, runs)), Ok(comm)) =
-                (thread_schedstat(pid, tid), fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm")))
-            {
-                all.insert((pid, tid), (comm.trim().to_string(), run, runs));
-            }
+    for (pid, tid) in all_tids() {
+        if let (Some((run, _, runs)), Ok(comm)) =
+            (thread_schedstat(pid, tid), fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm")))
+        {
+            all.insert((pid, tid), (comm.trim().to_string(), run, runs));
         }
     }
     all
+}
+
+/// (pid, tid) of every thread of the machine.
+pub fn all_tids() -> Vec<(u32, u32)> {
+    let Ok(procs) = fs::read_dir("/proc") else { return Vec::new() };
+    procs
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .flat_map(|pid| threads(pid).into_iter().map(move |tid| (pid, tid)))
+        .collect()
 }
 
 /// Thread ids of process `pid` (empty when it is gone).
@@ -356,6 +362,27 @@ fn format_kmsg(rec: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    /// This thread, a second one it starts, and the state letter of each.
+    #[test]
+    fn all_tids_and_stat_fields_see_this_process() {
+        let pid = std::process::id();
+        // SAFETY: gettid has no preconditions.
+        let me = unsafe { libc::gettid() } as u32;
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+        let other = std::thread::spawn(move || {
+            // SAFETY: as above.
+            tx.send(unsafe { libc::gettid() } as u32).unwrap();
+            let _ = stop_rx.recv();
+        });
+        let other_tid = rx.recv().unwrap();
+        let all = super::all_tids();
+        assert!(all.contains(&(pid, me)) && all.contains(&(pid, other_tid)), "{all:?}");
+        assert_eq!(super::stat_fields(&me.to_string()).and_then(|f| f.into_iter().next()).as_deref(), Some("R"));
+        stop_tx.send(()).unwrap();
+        other.join().unwrap();
+    }
+
     #[test]
     fn ext_enabled_line() {
         let s = "hog (123, #threads: 3)\n----\nse.exec_start : 1.0\next.enabled : 1\n";

@@ -43,9 +43,14 @@ pub fn num(v: &Value, field: &str) -> Result<f64, String> {
     v[field].as_f64().ok_or_else(|| format!("stats field {field} missing or not a number"))
 }
 
+/// Global `field` in `after` minus the same in `before`.
+pub fn delta(before: &Value, after: &Value, field: &str) -> Result<f64, String> {
+    Ok(num(after, field)? - num(before, field)?)
+}
+
 /// `field` of `cgroup` in `after` minus the same in `before`.
 pub fn group_delta(before: &Value, after: &Value, cgroup: &str, field: &str) -> Result<f64, String> {
-    Ok(num(group(after, cgroup)?, field)? - num(group(before, cgroup)?, field)?)
+    delta(group(before, cgroup)?, group(after, cgroup)?, field)
 }
 
 #[cfg(test)]
