@@ -60,7 +60,7 @@ pub struct GroupMetrics {
     pub slack_returned_usec: u64,
     #[stat(desc = "Slack returns")]
     pub nr_slack_returns: u64,
-    #[stat(desc = "Runtime left in the pool now (µs, a level)")]
+    #[stat(desc = "Runtime left in the pool now (µs, a level; below 0 a short-period group's overdraft)")]
     pub pool_usec: i64,
     #[stat(desc = "Local runtime each CPU holds for the group now, by CPU number (µs, a level; negative: a debt run on credit, paid by the group's next refill or that CPU's next pull)")]
     pub local_usec: Vec<i64>,
@@ -111,13 +111,13 @@ pub struct Metrics {
     pub event_lost: u64,
     #[stat(desc = "Refills the BPF safety net did while the agent was stalled")]
     pub safety_refills: u64,
-    #[stat(desc = "Refills of groups with a period under 10 ms done by their BPF timer on the period grid")]
+    #[stat(desc = "Periods of groups with a period under 10 ms refilled by BPF on the period grid (a late refill counts every period boundary it covers)")]
     pub short_period_refills: u64,
-    #[stat(desc = "Of those, refills done by a CPU that found the pool empty after a period boundary before the timer ran (late under load)")]
+    #[stat(desc = "Refills of those done by a CPU that found the pool dry after a period boundary before the timer ran (late under load)")]
     pub short_period_caught_up: u64,
     #[stat(desc = "Tasks of a short-period group stopped by the slice timer when their runtime ran out, before the next tick")]
     pub slice_timer_kicks: u64,
-    #[stat(desc = "Period boundaries of short-period groups their BPF timer passed unfired, being late by more than a period (one refill covers them, as a late kernel timer's does)")]
+    #[stat(desc = "Period boundaries of short-period groups their BPF timer passed unfired, being late by more than a period (its refill covers them, up to the cap)")]
     pub short_period_missed: u64,
     #[stat(desc = "CPUs that went offline or came online while attached")]
     pub hotplug: u64,

@@ -245,6 +245,24 @@ static __always_inline bool bw_short_period(const struct bw_group *g)
 	return period && period < BW_SHORT_PERIOD_NS;
 }
 
+/*
+ * The lowest a pool may go: 0, or for a short-period group minus its
+ * overdraft, what its limit gives it over BW_SHORT_OVERDRAFT_NS (see "Short
+ * periods", fourth). A pool at or below it is dry.
+ */
+static __always_inline s64 bw_pool_floor(const struct bw_group *g)
+{
+	u64 period = READ_ONCE(g->period), quota = READ_ONCE(g->quota), cpus;
+
+	if (!period || period >= BW_SHORT_PERIOD_NS)
+		return 0;
+	/* Whole CPUs and the rest, so that nothing overflows. */
+	cpus = quota / period;
+	if (cpus > 1 << 20)
+		cpus = 1 << 20;
+	return -(s64)(cpus * BW_SHORT_OVERDRAFT_NS + quota % period * BW_SHORT_OVERDRAFT_NS / period);
+}
+
 static __always_inline struct bw_cpu *bw_cpu_local(u32 slot)
 {
 	return bpf_map_lookup_elem(&bw_cpus, &slot);
@@ -346,23 +364,25 @@ static void bw_wake(struct bw_group *g, u32 slot)
 }
 
 /*
- * Assign: top the CPU's local runtime up to one slice from the pool. Returns
- * true when local runtime is positive afterwards.
+ * Assign: top the CPU's local runtime up to one slice from the pool (down to
+ * its floor). Returns true when local runtime is positive afterwards.
  */
 static bool bw_assign(struct bw_group *g, struct bw_cpu *c, u32 slot)
 {
+	s64 floor = bw_pool_floor(g);
 	s32 attempt;
+
 	bpf_for(attempt, 0, 8) {
 		s64 avail = READ_ONCE(g->runtime);
 		s64 want = (s64)bw_slice_ns - c->runtime;
 		s64 take;
 
-		if (avail <= 0 && !bw_short_catch_up(g, slot))
+		if (avail <= floor && !bw_short_catch_up(g, slot))
 			return false;
 		avail = READ_ONCE(g->runtime);
-		if (avail <= 0)
+		if (avail <= floor)
 			return false;
-		take = avail < want ? avail : want;
+		take = avail - floor < want ? avail - floor : want;
 		if (__sync_val_compare_and_swap(&g->runtime, avail, avail - take) != avail)
 			continue;
 		/* Atomic: the agent's refill may pay this CPU's debt (bw_pay_debts). */
@@ -392,7 +412,7 @@ static void bw_throttle(struct bw_group *g, struct bw_cpu *c)
 		 * The agent may have refilled between our failed pull and the
 		 * flag: it then saw no throttle to undo. Undo it ourselves.
 		 */
-		if (READ_ONCE(g->runtime) > 0)
+		if (READ_ONCE(g->runtime) > bw_pool_floor(g))
 			WRITE_ONCE(g->throttled, 0);
 	}
 }
@@ -728,7 +748,7 @@ static void bw_give_back(struct bw_group *g, u32 slot, s64 amount)
 	if (!READ_ONCE(g->throttled))
 		return;
 	if (bw_short_period(g)) {
-		if (pool > 0) {
+		if (pool > bw_pool_floor(g)) {
 			WRITE_ONCE(g->throttled, 0);
 			bw_request_release(g);
 		}
@@ -938,7 +958,7 @@ int bw_unthrottle(struct bw_unthrottle_args *args)
 	 * them, and those that hold the kernel up (below). Without that they
 	 * would wait as long as the group's running tasks win every refill.
 	 */
-	dry = READ_ONCE(g->runtime) <= 0;
+	dry = READ_ONCE(g->runtime) <= bw_pool_floor(g);
 	if (!dry) {
 		/* Clear first: from here on new wakeups go to the shared queue. */
 		WRITE_ONCE(g->throttled, 0);
@@ -1014,16 +1034,28 @@ struct {
 /* Groups marked safety_release are waiting for a dispatch to release them. */
 volatile u64 bw_safety_pending;
 
-/* The agent's refill rule: runtime = min(max(runtime, 0) + quota, quota + burst). */
-static void bw_refill_pool(struct bw_group *g)
+/*
+ * The agent's refill rule, runtime = min(max(runtime, 0) + quota, quota +
+ * burst), for @periods periods at once. A short-period group's overdraft
+ * (below 0, down to its floor) is paid back rather than forgiven.
+ */
+static void bw_refill_pool(struct bw_group *g, u64 periods)
 {
+	s64 floor = bw_pool_floor(g);
 	s32 attempt;
 
 	bpf_for(attempt, 0, 8) {
 		s64 old = READ_ONCE(g->runtime);
 		s64 cap = (s64)(g->quota + g->burst);
-		s64 new = (old > 0 ? old : 0) + (s64)g->quota;
+		s64 base = old > floor ? old : floor;
+		s64 quota = (s64)g->quota;
+		s64 new;
 
+		/* No overflow: periods * quota only when it stays below cap - base. */
+		if (base >= cap || periods > (u64)(cap - base) / quota)
+			new = cap;
+		else
+			new = base + (s64)periods * quota;
 		if (new > cap)
 			new = cap;
 		if (__sync_val_compare_and_swap(&g->runtime, old, new) == old)
@@ -1063,7 +1095,7 @@ static bool bw_safety_refill(struct bw_group *g, u32 slot, u64 now)
 		return false;
 	if (__sync_val_compare_and_swap(&g->refilled_at, at, now) != at)
 		return false;
-	bw_refill_pool(g);
+	bw_refill_pool(g, 1);
 	__sync_fetch_and_add(&g->nr_safety_refills, 1);
 	stat_inc(BW_STAT_SAFETY);
 	bw_request_release(g);
@@ -1136,6 +1168,21 @@ static s32 bw_safety_start(void)
  * the pool empty after a grid point the timer has not served yet refills it
  * itself (bw_short_catch_up): a task that holds its CPU pulls the next
  * period's runtime when its slice ends instead of parking until the timer.
+ *
+ * Fourth, what a refill adds must be used before the next one, or the cap at
+ * quota + burst throws it away: with a 1 ms period, a released task that
+ * waited a millisecond in the queue, or a timer a period late, lost the group
+ * a quota. So the pool may be overdrawn, by what the limit gives the group
+ * over BW_SHORT_OVERDRAFT_NS (20 ms at 1 ms per 1 ms): CPUs pull past empty
+ * down to that floor, the group throttles there, and refills pay the
+ * overdraft back before the pool can fill. A late release or a late timer
+ * (which refills every grid point it passed) then costs nothing until the
+ * wait exceeds that time. The kernel's CFS gets the same slack from its
+ * tick: a CPU runs on past its runtime until the next tick (4 ms at HZ=250)
+ * and pays the debt from later refills, and that on every CPU, where this
+ * bound is per group. What a group can use after idling is the overdraft
+ * more than quota + burst; over any window it gets no more than its refills
+ * plus that.
  */
 struct short_timer {
 	struct bpf_timer timer;
@@ -1152,24 +1199,29 @@ struct {
 } short_timers SEC(".maps");
 
 /*
- * The refill of the last grid point at or before @now (one the timer is due
- * for: @now >= st->next), unless someone did it already: the timer, a pull
- * that found the pool empty after the grid point (bw_short_catch_up), the
- * agent or a safety refill. refilled_at orders them: whoever moves it past the
- * grid point refills, once. Returns true when this call refilled.
+ * The refill of the grid points since the last refill up to the last one at
+ * or before @now (the timer is due: @now >= st->next), unless someone did it
+ * already: the timer, a pull that found the pool dry after the grid point
+ * (bw_short_catch_up), the agent or a safety refill. refilled_at orders them:
+ * whoever moves it past the grid point refills, once. Every grid point passed
+ * since refilled_at is refilled (the cap bounds what that adds), so a late
+ * timer costs the group nothing while its pool is overdrawn. Returns true
+ * when this call refilled.
  */
 static bool bw_short_grid_refill(struct bw_group *g, u32 slot, struct short_timer *st, u64 now)
 {
 	u64 period = READ_ONCE(g->period), next = READ_ONCE(st->next);
-	u64 at = READ_ONCE(g->refilled_at), grid;
+	u64 at = READ_ONCE(g->refilled_at), grid, periods;
 
 	if (!period || !at || (s64)(now - next) < 0)
 		return false;
 	grid = next + (now - next) / period * period;
 	if ((s64)(at - grid) >= 0 || __sync_val_compare_and_swap(&g->refilled_at, at, now) != at)
 		return false;
-	bw_refill_pool(g);
-	stat_inc(BW_STAT_SHORT_REFILL);
+	/* Grid points in (at, grid]. */
+	periods = (grid - at + period - 1) / period;
+	bw_refill_pool(g, periods);
+	stat_add(BW_STAT_SHORT_REFILL, periods);
 	if (READ_ONCE(g->throttled) || scx_bpf_dsq_nr_queued(BW_PARK_DSQ_BASE + slot))
 		bw_request_release(g);
 	return true;

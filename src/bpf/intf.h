@@ -94,6 +94,13 @@ enum bw_consts {
 	 * bandwidth.bpf.h, "Short periods".
 	 */
 	BW_SHORT_PERIOD_NS	= 10 * 1000 * 1000,
+	/*
+	 * How far a short-period group's pool may be overdrawn: by what its
+	 * limit gives it over this time (quota / period of it). CPUs pull past
+	 * empty down to minus that, and later refills pay it back. See
+	 * bandwidth.bpf.h, "Short periods", fourth.
+	 */
+	BW_SHORT_OVERDRAFT_NS	= 20 * 1000 * 1000,
 	/* CPUs that get a slice timer (more are enforced at tick granularity). */
 	BW_MAX_CPUS		= 1024,
 };
@@ -107,7 +114,8 @@ struct bw_group {
 	/*
 	 * Global pool of runtime for the current period. The agent adds quota at
 	 * each refill (capped at quota + burst); CPUs pull slices out of it.
-	 * Never negative: a CPU takes at most what is there.
+	 * Never negative (a CPU takes at most what is there), except a
+	 * short-period group's, which may be overdrawn (BW_SHORT_OVERDRAFT_NS).
 	 */
 	s64 runtime;
 	/* Limit as configured, for ops.dump and the statistics. */
@@ -234,10 +242,10 @@ enum bw_stat_idx {
 	BW_STAT_DEEP,		/* chains cut at BW_MAX_CHAIN limited groups */
 	BW_STAT_RESCUE,		/* parked tasks run on credit after BW_RESCUE_MS */
 	BW_STAT_UNWEIGHTED,	/* cgroups created with no room left to track cpu.weight */
-	BW_STAT_SHORT_REFILL,	/* refills of short-period groups by their BPF timer */
+	BW_STAT_SHORT_REFILL,	/* grid points of short-period groups refilled by BPF (a late refill counts all it covers) */
 	BW_STAT_SLICE_KICK,	/* tasks stopped by the slice timer before the tick */
 	BW_STAT_SHORT_MISSED,	/* grid points a short-period timer passed unfired (late by a period) */
-	BW_STAT_SHORT_CATCH_UP,	/* of BW_STAT_SHORT_REFILL: done by a pull, the timer not yet run */
+	BW_STAT_SHORT_CATCH_UP,	/* short-period refills done by a pull, the timer not yet run */
 	BW_STAT_KERNEL_CREDIT,	/* throttled tasks let run on credit: in fork/exec/exit, RCU section, page fault */
 	BW_STAT_KERNEL_DEBT,	/* ... parked there anyway: their groups' debt at the bound */
 	BW_STAT_HELD_FIRST,	/* ... released ahead of the queue at the next refill */

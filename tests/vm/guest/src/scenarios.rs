@@ -725,7 +725,7 @@ pub fn all() -> Vec<Scenario> {
         },
         custom(
             "short_period",
-            "1ms/2ms, 2 hog threads: usage = quota x refills done ±5% (>= 75% of grid points refilled), also with the agent SIGSTOPped 3 s (a BPF timer refills periods under 10 ms)",
+            "1ms/2ms, 2 hog threads: usage = limit ±5% and = quota x periods refilled ±5% (>= 75% of grid points refilled), also with the agent SIGSTOPped 3 s (a BPF timer refills periods under 10 ms)",
             true,
             lim("t/a", 1_000, 2_000),
             short_period,
@@ -795,16 +795,14 @@ fn agent_stall(ctx: &mut Ctx) -> Result<(), String> {
 /// SIGSTOPped (before, the agent refilled every period from user space, and stopped it
 /// left the group to the safety net's one refill per 50 ms tick: 0.034 of the limit).
 ///
-/// What the group can get is what the refills give it, and how many refills there are
-/// depends on how punctual the emulator delivers the BPF timer: a timer late by more than
-/// a period refills once, as the kernel's does. On 2026-11-30 it passed 8-173 of about
-/// 2,000 grid points a window unfired and the group got 0.956-0.999 of its limit; on
-/// 2026-12-01, on the same code, 122-580 and 0.849-0.969. So each window is checked
-/// against the refills BPF did in it (timer and catch-up refills, counted from the
-/// statistics): usage / (quota x refills / window) within ±5 % — every refill used, and no
-/// more than was refilled. The share of grid points refilled (`served`) must be at least
-/// SHORT_SERVED_MIN, so a timer that stops firing still fails; usage against the limit is
-/// printed (`ratio`).
+/// Each window is checked twice, ±5 % each: usage against the limit, and against the
+/// periods BPF refilled in it (timer and catch-up refills, counted from the statistics;
+/// every refill used, and no more than was refilled). The emulator delivers the BPF timer
+/// late, on some days by more than a period at 122-580 of about 2,000 grid points a
+/// window; while a late refill covered one grid point, as the kernel's does, and the pool
+/// could not be overdrawn, the group got 0.849-0.969 of its limit on such a day
+/// (2026-12-01). The share of grid points refilled (`served`) must be at least
+/// SHORT_SERVED_MIN, so a timer that stops firing fails by that too.
 fn short_period(ctx: &mut Ctx) -> Result<(), String> {
     let w = ctx.spawn(&hog("t/a", 2), 60)?;
     ctx.check_on_scx(w);
@@ -853,6 +851,9 @@ fn short_window(ctx: &mut Ctx, label: &str, during: impl FnOnce(&mut Ctx) -> Res
     ctx.figure(key("ratio"), format!("{:.3}", used / (QUOTA_S / PERIOD_S)));
     ctx.figure(key("served"), format!("{served:.3}"));
     ctx.figure(key("of_refilled"), format!("{:.3}", used / allowed));
+    if (used / (QUOTA_S / PERIOD_S) - 1.0).abs() > 0.05 {
+        ctx.fail(format!("{label}: the 2 ms group used {used:.3} CPUs, limit {:.3}: more than 5 % off", QUOTA_S / PERIOD_S));
+    }
     if (used / allowed - 1.0).abs() > 0.05 {
         ctx.fail(format!("{label}: the 2 ms group used {used:.3} CPUs, its refills allowed {allowed:.3}: more than 5 % off"));
     }
@@ -1980,10 +1981,9 @@ fn stress_limits() -> Vec<Limit> {
 /// chain's innermost group and 2 in each of its unlimited leaves, 2 in each small group, 1 in m1 and m2 plus a 2-thread hog moved
 /// between them every 100 ms — and a fork storm (1 thread), for 60 s. Checked: the
 /// scheduler stays attached, no workload dies, every group's usage over the last 55 s is
-/// within ±5 % of its limit — except that the 1 ms group is only checked not to exceed it:
-/// under TCG neither the kernel's CFS (0.79-0.80 of the limit) nor we (0.48-0.56 with the
-/// agent refilling, 0.567-0.614 with the BPF short-period timers, 0.630-0.633 with pulls
-/// catching up on a late timer) get near it; the README says where it is lost. The fork
+/// within ±5 % of its limit. The 1 ms group got 0.48-0.66 of it before its pool could be
+/// overdrawn (the kernel's CFS 0.79-0.80 under TCG), 0.974 in 3 runs since (2026-12-01);
+/// the README says where the rest was lost. The fork
 /// storm's group got 0.957-0.986 of its limit in 8 runs (0.945 in one CI run) while slack
 /// was distributed only above a slice, as fair.c does (the kernel's CFS: 0.976-0.984 in 2),
 /// its refills discarding 134 ms of returned runtime in the run that measured it; with slack above 1 ms distributed
@@ -2063,11 +2063,10 @@ fn stress(ctx: &mut Ctx) -> Result<(), String> {
     for (l, u) in limits.iter().zip(&used) {
         let r = u / l.cpus();
         ctx.figure(format!("{}.ratio", crate::runner::short(l.cgroup)), format!("{r:.3}"));
-        if l.period_us >= 10_000 && (r - 1.0).abs() > (worst - 1.0).abs() {
+        if (r - 1.0).abs() > (worst - 1.0).abs() {
             worst = r;
         }
-        let off = if l.period_us < 10_000 { r - 1.0 } else { (r - 1.0).abs() };
-        if off > 0.05 {
+        if (r - 1.0).abs() > 0.05 {
             ctx.fail(format!("{}: {u:.3} CPUs over {}s, limit {:.3}: more than 5 % off", l.cgroup, (RUN - SKIP).as_secs() - 2, l.cpus()));
         }
     }
