@@ -104,6 +104,12 @@ impl<'a> Ctx<'a> {
                 .map(String::from)
                 .to_vec(),
             ),
+            Work::RtDuty { burn_ms, sleep_ms } => (
+                "duty",
+                ["duty", "--threads", "1", "--burn-ms", &burn_ms.to_string(), "--sleep-ms", &sleep_ms.to_string(), "--fifo"]
+                    .map(String::from)
+                    .to_vec(),
+            ),
         };
         args.extend([
             "--seconds".into(),

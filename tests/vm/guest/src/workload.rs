@@ -252,7 +252,8 @@ pub fn gaps_args(argv: &[String]) -> Result<Common, String> {
 
 /// One busy thread that watches the clock: every stretch of more than 2 ms in which it
 /// did not run (it was throttled, or waited for a CPU) is printed as
-/// `GAP end_ns=T len_ns=L` (CLOCK_MONOTONIC) when it runs again.
+/// `GAP end_ns=T len_ns=L cpu=A>B` (CLOCK_MONOTONIC; the CPU it ran on before and after)
+/// when it runs again.
 pub fn gaps(c: Common) -> Result<(), String> {
     const MIN_GAP_NS: u64 = 2_000_000;
     place(&c)?;
@@ -260,19 +261,22 @@ pub fn gaps(c: Common) -> Result<(), String> {
         let end = mono_ns() + c.seconds * 1_000_000_000;
         let mut seen = Vec::new();
         let mut last = mono_ns();
+        // SAFETY: sched_getcpu has no preconditions.
+        let mut cpu = unsafe { libc::sched_getcpu() };
         while last < end {
             let now = mono_ns();
+            let here = unsafe { libc::sched_getcpu() };
             if now - last > MIN_GAP_NS {
-                seen.push((now, now - last));
+                seen.push((now, now - last, cpu, here));
             }
-            last = now;
+            (last, cpu) = (now, here);
         }
         seen
     });
     let seen = t.join().map_err(|_| "gaps thread panicked".to_string())?;
     let mut out = String::new();
-    for (end, len) in seen {
-        out += &format!("GAP end_ns={end} len_ns={len}\n");
+    for (end, len, from, to) in seen {
+        out += &format!("GAP end_ns={end} len_ns={len} cpu={from}>{to}\n");
     }
     print!("{out}");
     Ok(())
@@ -293,11 +297,7 @@ pub fn ticker_args(argv: &[String]) -> Result<(Common, u64), String> {
 /// agent's cost against. Prints `TICKER wakeups=N cpu_ns=T late_p99_us=L`.
 pub fn ticker(c: Common, hz: u64) -> Result<(), String> {
     place(&c)?;
-    let param = libc::sched_param { sched_priority: 1 };
-    // SAFETY: plain syscall on this thread with a valid parameter.
-    if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) } != 0 {
-        return Err(format!("SCHED_FIFO: {}", std::io::Error::last_os_error()));
-    }
+    fifo_self()?;
     let step = 1_000_000_000 / hz;
     let (start, cpu0) = (mono_ns(), thread_cpu_ns());
     let end = start + c.seconds * 1_000_000_000;
@@ -312,6 +312,16 @@ pub fn ticker(c: Common, hz: u64) -> Result<(), String> {
     late.sort_unstable();
     let p99 = late.get((late.len().saturating_sub(1) as f64 * 0.99) as usize).copied().unwrap_or(0);
     println!("TICKER wakeups={} cpu_ns={cpu} late_p99_us={}", late.len(), p99 / 1000);
+    Ok(())
+}
+
+/// Makes the calling thread SCHED_FIFO priority 1 (as the scheduler's agent is).
+fn fifo_self() -> Result<(), String> {
+    let param = libc::sched_param { sched_priority: 1 };
+    // SAFETY: plain syscall on this thread with a valid parameter.
+    if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) } != 0 {
+        return Err(format!("SCHED_FIFO: {}", std::io::Error::last_os_error()));
+    }
     Ok(())
 }
 
@@ -337,6 +347,8 @@ pub struct DutyArgs {
     common: Common,
     burn_ns: u64,
     sleep: Duration,
+    /// The threads run SCHED_FIFO (`--fifo`).
+    fifo: bool,
 }
 
 /// Parsed `duty` arguments (errors here are usage errors).
@@ -344,12 +356,13 @@ pub fn duty_args(argv: &[String]) -> Result<DutyArgs, String> {
     let p = args::parse(
         argv,
         &["threads", "burn-ms", "sleep-ms", "seconds", "cgroup", "pin"],
-        &[],
+        &["fifo"],
     )?;
     let d = DutyArgs {
         common: common(&p)?,
         burn_ns: p.req_u64("burn-ms")? * 1_000_000,
         sleep: Duration::from_millis(p.req_u64("sleep-ms")?),
+        fifo: p.switch("fifo"),
     };
     if d.burn_ns == 0 {
         return Err("--burn-ms must be > 0".into());
@@ -362,12 +375,16 @@ pub fn duty(d: DutyArgs) -> Result<(), String> {
         common: c,
         burn_ns,
         sleep,
+        fifo,
     } = d;
     place(&c)?;
     let deadline = Instant::now() + Duration::from_secs(c.seconds);
     let workers: Vec<_> = (0..c.threads)
         .map(|_| {
             thread::spawn(move || {
+                if fifo {
+                    fifo_self()?;
+                }
                 // The first burn runs while the process is still starting (threads
                 // being created contend for its memory map): a warm-up, not among the
                 // burns, reported apart (first_ms).
@@ -385,7 +402,7 @@ pub fn duty(d: DutyArgs) -> Result<(), String> {
                         thread::sleep(sleep);
                     }
                 }
-                (first, walls)
+                Ok::<_, String>((first, walls))
             })
         })
         .collect();
@@ -395,7 +412,7 @@ pub fn duty(d: DutyArgs) -> Result<(), String> {
     let mut burns: Vec<(f64, usize, usize, u64, u64)> = Vec::new();
     let mut first_ns = 0u64;
     for (t, w) in workers.into_iter().enumerate() {
-        let (first, v) = w.join().map_err(|_| "duty thread panicked".to_string())?;
+        let (first, v) = w.join().map_err(|_| "duty thread panicked".to_string())??;
         first_ns = first_ns.max(first);
         burns.extend(v.into_iter().enumerate().map(|(i, (ns, delay, runs))| (ns as f64 / 1e6, t, i, delay, runs)));
     }
