@@ -160,38 +160,23 @@ void BPF_STRUCT_OPS(bw_enqueue, struct task_struct *p, u64 enq_flags)
 	}
 
 	/*
-	 * Sent back by cpu_release (an RT or stop task took its CPU), with the
-	 * slice it had left: to an idle CPU if there is one, else to the front
-	 * of the shared queue, where the next CPU to look for work takes it. It
-	 * keeps its turn, as under CFS: at its own vtime it would queue behind
-	 * every task with a lower one (a limited hog among five unlimited ones,
-	 * 30 ms of CPU a period against a fair share of 33, got 0.974 of its
-	 * limit in a CI run that way, 0.997-1.006 in 18 before); moved up, it
-	 * gains at most what it ran since it was the front itself. Put back at
-	 * the head of its own CPU's queue (where the kernel leaves a task so
-	 * preempted, and before 2026-12-01 we did when no CPU was idle), it
-	 * waited out the whole RT burst while another CPU went on with other
-	 * work: `rt_neighbour` saw waits of a 30 ms burst 1-4 times in 6 s.
-	 * A task that can only run here stays here.
+	 * Sent back by cpu_release (an RT or stop task took its CPU): to an idle
+	 * CPU if there is one, else back to the head of its own CPU's queue with
+	 * the slice it had left, where the kernel leaves a task so preempted. It
+	 * keeps its turn, as under CFS: through the shared queue it would queue
+	 * behind every task with a lower vtime: a limited hog among five
+	 * unlimited ones, 30 ms of CPU a period against a fair share of 33, got
+	 * 0.974 of its limit in a CI run that way (0.997-1.006 in 18 before).
 	 */
 	if (enq_flags & SCX_ENQ_REENQ) {
-		u64 front;
-
 		cpu = scx_bpf_pick_idle_cpu(p->cpus_ptr, 0);
 		if (cpu >= 0) {
 			scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL_ON | cpu, 0, enq_flags);
 			bw_kick_cpu(cpu, 0);
 			stat_inc(BW_STAT_KICK);
-			return;
-		}
-		if (p->nr_cpus_allowed == 1) {
+		} else {
 			scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, 0, enq_flags | SCX_ENQ_HEAD);
-			return;
 		}
-		front = bw_dsq_front_vtime(BW_SHARED_DSQ);
-		if (vtime_before(front, vtime))
-			vtime = front - 1;
-		scx_bpf_dsq_insert_vtime(p, BW_SHARED_DSQ, p->scx.slice ?: task_slice_ns, vtime, enq_flags);
 		return;
 	}
 
@@ -525,28 +510,8 @@ void BPF_STRUCT_OPS(bw_stopping, struct task_struct *p, bool runnable)
  */
 void BPF_STRUCT_OPS(bw_cpu_release, s32 cpu, struct scx_cpu_release_args *args)
 {
-	const struct cpumask *online;
-	s32 idle;
-
 	scx_bpf_reenqueue_local();
 	stat_inc(BW_STAT_REENQ);
-	/*
-	 * What enqueue put in the shared queue has landed now. A CPU that went
-	 * idle while it was on its way looked before it did (bw_update_idle)
-	 * and would sleep beside it, and no tick of this CPU will nudge it
-	 * while the RT task runs here: it could wait out the whole RT burst.
-	 * The barrier pairs with bw_update_idle's.
-	 */
-	__sync_fetch_and_add(&idle_seq, 1);
-	if (!scx_bpf_dsq_nr_queued(BW_SHARED_DSQ))
-		return;
-	online = scx_bpf_get_online_cpumask();
-	idle = scx_bpf_pick_idle_cpu(online, 0);
-	scx_bpf_put_cpumask(online);
-	if (idle >= 0) {
-		bw_kick_cpu(idle, 0);
-		stat_inc(BW_STAT_KICK);
-	}
 }
 
 /* Runnable and quiescent bracket the time a task counts in its cgroup's weight. */

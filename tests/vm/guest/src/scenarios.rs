@@ -2108,11 +2108,11 @@ const RT_STUCK_ALLOWED: usize = 1;
 /// 50 ms and sleeps 50 ms; one busy thread of an unlimited group beside it (`gaps`, which
 /// reports every stretch it did not run) has CPU 0 free all the time. Checked: it gets at
 /// least RT_HOG_MIN of a CPU and waits out a whole burn at most RT_STUCK_ALLOWED times.
-/// Measured 2026-12-01 in 17 runs: 0.985-0.994 CPU; no such wait in 15 (longest 6.6-36.9
-/// ms; `long_gaps` prints the CPU before and after each: 26-27 ms ones stayed on CPU 0, a
-/// 36.9 ms one went from CPU 1 to 0, neither understood), one in 2 (52.6, 46.0 ms). With
-/// cpu_release doing nothing: 0.925-0.936 CPU and 16-18 such waits. The kernel's CFS
-/// (`--no-sched`, where it passes too): 0.999 CPU, longest wait 7.5 and 9.0 ms.
+/// Measured 2026-12-01: 0.986-0.993 CPU and one such wait in 3 of 7 runs (`long_gaps`
+/// prints each wait over 20 ms with the CPU before and after); with cpu_release doing
+/// nothing 0.925-0.936 CPU and 16-18 such waits a run; the kernel's CFS (`--no-sched`,
+/// where it passes too) 0.999 CPU, longest wait 7.5 and 9.0 ms. Variants of the callback
+/// that did better here but worse elsewhere: README, "burst latency".
 fn rt_neighbour(ctx: &mut Ctx) -> Result<(), String> {
     const WINDOW: Duration = Duration::from_secs(8);
     let secs = (crate::runner::WARMUP + WINDOW).as_secs() + 3;
