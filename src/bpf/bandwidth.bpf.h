@@ -1056,8 +1056,6 @@ static void bw_refill_pool(struct bw_group *g, u64 periods)
 			new = cap;
 		else
 			new = base + (s64)periods * quota;
-		if (new > cap)
-			new = cap;
 		if (__sync_val_compare_and_swap(&g->runtime, old, new) == old)
 			break;
 	}

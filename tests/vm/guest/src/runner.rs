@@ -49,6 +49,17 @@ pub struct Ctx<'a> {
     failures: Vec<String>,
 }
 
+/// Command line of the `duty` workload (without --seconds, --cgroup, --pin).
+fn duty_argv(threads: u32, burn_ms: u32, sleep_ms: u32, fifo: bool) -> Vec<String> {
+    let mut v: Vec<String> = ["duty", "--threads", &threads.to_string(), "--burn-ms", &burn_ms.to_string(), "--sleep-ms", &sleep_ms.to_string()]
+        .map(String::from)
+        .to_vec();
+    if fifo {
+        v.push("--fifo".into());
+    }
+    v
+}
+
 impl<'a> Ctx<'a> {
     /// Records `key=value` for the verdict line (first value wins for a repeated key).
     pub fn figure(&mut self, key: impl Into<String>, value: impl ToString) {
@@ -90,26 +101,8 @@ impl<'a> Ctx<'a> {
                 threads,
                 burn_ms,
                 sleep_ms,
-            } => (
-                "duty",
-                [
-                    "duty",
-                    "--threads",
-                    &threads.to_string(),
-                    "--burn-ms",
-                    &burn_ms.to_string(),
-                    "--sleep-ms",
-                    &sleep_ms.to_string(),
-                ]
-                .map(String::from)
-                .to_vec(),
-            ),
-            Work::RtDuty { burn_ms, sleep_ms } => (
-                "duty",
-                ["duty", "--threads", "1", "--burn-ms", &burn_ms.to_string(), "--sleep-ms", &sleep_ms.to_string(), "--fifo"]
-                    .map(String::from)
-                    .to_vec(),
-            ),
+            } => ("duty", duty_argv(*threads, *burn_ms, *sleep_ms, false)),
+            Work::RtDuty { burn_ms, sleep_ms } => ("duty", duty_argv(1, *burn_ms, *sleep_ms, true)),
         };
         args.extend([
             "--seconds".into(),

@@ -286,14 +286,10 @@ fn throttle_cost(ctx: &mut Ctx) -> Result<(), String> {
         return Err(format!("gaps workload: {}", crate::sched::describe(st)));
     }
     let out = ctx.output(w);
-    let ends: Vec<u64> = out
-        .lines()
-        .filter_map(|l| {
-            let mut f = l.strip_prefix("GAP ")?.split(' ');
-            let end: u64 = f.next()?.strip_prefix("end_ns=")?.parse().ok()?;
-            let len: u64 = f.next()?.strip_prefix("len_ns=")?.parse().ok()?;
-            (len > 20_000_000).then_some(end)
-        })
+    let ends: Vec<u64> = crate::workload::parse_gaps(&out)
+        .into_iter()
+        .filter(|g| g.len_ns > 20_000_000)
+        .map(|g| g.end_ns)
         .collect();
     // Skip the first second (the group's first periods).
     let from = ends.first().copied().unwrap_or(0) + 1_000_000_000;
@@ -2133,23 +2129,15 @@ fn rt_neighbour(ctx: &mut Ctx) -> Result<(), String> {
         return Err(format!("gaps workload: {}", crate::sched::describe(st)));
     }
     let out = ctx.output(busy);
-    // (length in ms, "cpu=A>B") of every GAP line.
-    let gaps: Vec<(f64, &str)> = out
-        .lines()
-        .filter_map(|l| {
-            let mut f = l.strip_prefix("GAP ")?.split(' ').skip(1);
-            let ns: u64 = f.next()?.strip_prefix("len_ns=")?.parse().ok()?;
-            Some((ns as f64 / 1e6, f.next().unwrap_or("")))
-        })
-        .collect();
-    let gaps_ms: Vec<f64> = gaps.iter().map(|g| g.0).collect();
-    let stuck = gaps_ms.iter().filter(|&&g| g >= RT_STUCK_MS).count();
+    let gaps = crate::workload::parse_gaps(&out);
+    let ms = |g: &crate::workload::Gap| g.len_ns as f64 / 1e6;
+    let stuck = gaps.iter().filter(|g| ms(g) >= RT_STUCK_MS).count();
     // Where the long waits were: on the RT thread's CPU throughout (1>1), or not.
-    let long: Vec<String> = gaps.iter().filter(|g| g.0 >= RT_STUCK_MS / 2.0).map(|g| format!("{:.1}@{}", g.0, g.1)).collect();
+    let long: Vec<String> = gaps.iter().filter(|g| ms(g) >= RT_STUCK_MS / 2.0).map(|g| format!("{:.1}@cpu={}", ms(g), g.cpus)).collect();
     ctx.figure("long_gaps", format!("[{}]", long.join(",")));
-    ctx.figure("gaps_over_2ms", gaps_ms.len());
+    ctx.figure("gaps_over_2ms", gaps.len());
     ctx.figure("stuck", stuck);
-    ctx.figure("gap_max_ms", format!("{:.1}", gaps_ms.iter().copied().fold(0.0, f64::max)));
+    ctx.figure("gap_max_ms", format!("{:.1}", gaps.iter().map(ms).fold(0.0, f64::max)));
     if u[1] < 0.25 {
         ctx.fail(format!("the RT thread got {:.3} CPUs, not the ~0.5 it asks for: nothing was tested", u[1]));
     }

@@ -265,6 +265,7 @@ pub fn gaps(c: Common) -> Result<(), String> {
         let mut cpu = unsafe { libc::sched_getcpu() };
         while last < end {
             let now = mono_ns();
+            // SAFETY: as above.
             let here = unsafe { libc::sched_getcpu() };
             if now - last > MIN_GAP_NS {
                 seen.push((now, now - last, cpu, here));
@@ -456,6 +457,29 @@ pub fn parse_forks(output: &str) -> Option<u64> {
 }
 
 /// Finds and parses the DUTY line in a workload's output.
+/// One `GAP` line of the `gaps` workload: when the stretch ended (ns), how long it was (ns),
+/// and the CPUs before and after (`A>B`, empty in older output).
+#[derive(Debug, PartialEq)]
+pub struct Gap<'a> {
+    pub end_ns: u64,
+    pub len_ns: u64,
+    pub cpus: &'a str,
+}
+
+/// The `GAP` lines of `gaps` output; others are skipped.
+pub fn parse_gaps(output: &str) -> Vec<Gap<'_>> {
+    output
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.strip_prefix("GAP ")?.split(' ');
+            let end_ns = f.next()?.strip_prefix("end_ns=")?.parse().ok()?;
+            let len_ns = f.next()?.strip_prefix("len_ns=")?.parse().ok()?;
+            let cpus = f.next().and_then(|c| c.strip_prefix("cpu=")).unwrap_or("");
+            Some(Gap { end_ns, len_ns, cpus })
+        })
+        .collect()
+}
+
 pub fn parse_duty(output: &str) -> Option<DutyStats> {
     let line = output.lines().find(|l| l.starts_with("DUTY "))?;
     let field = |k: &str| {
@@ -522,6 +546,15 @@ mod tests {
         );
         assert_eq!(parse_duty("DUTY burns=1 p50_ms=x p99_ms=1 max_ms=1"), None);
         assert_eq!(parse_duty(""), None);
+    }
+
+    #[test]
+    fn gap_lines() {
+        let out = "GAP end_ns=5 len_ns=3000000 cpu=1>0\nnoise\nGAP end_ns=9 len_ns=x cpu=0>0\nGAP end_ns=7 len_ns=4\n";
+        assert_eq!(
+            parse_gaps(out),
+            vec![Gap { end_ns: 5, len_ns: 3_000_000, cpus: "1>0" }, Gap { end_ns: 7, len_ns: 4, cpus: "" }]
+        );
     }
 
     #[test]
