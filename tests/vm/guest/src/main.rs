@@ -4,6 +4,7 @@
 
 mod args;
 mod cgroup;
+mod host;
 mod phases;
 mod runner;
 mod scenarios;
@@ -23,6 +24,10 @@ usage: scxbw-guest hog --threads N --seconds S [--cgroup REL] [--pin CPU]
        scxbw-guest ticker --threads 1 --hz N --seconds S [--cgroup REL] [--pin CPU]
        scxbw-guest stats-fetch    (one request to the stats socket; prints the group count)
        scxbw-guest scenarios [--sched PATH] [--only NAME,NAME] [--list] [--cfs] [--bench]
+       scxbw-guest hostwatch --pidfile FILE   (on the host: qemu's console on stdin; adds
+                 the host's steal and load during each scenario to its verdict line)
+       scxbw-guest hostload --pct P --seconds S   (on the host, as root: a SCHED_FIFO
+                 thread per CPU burns P ms of every 100 ms, a reproducible noisy host)
 
   --cgroup REL   path relative to /sys/fs/cgroup, joined before any thread starts
   --sched PATH   scheduler binary (default /bin/scx_bandwidth), run as
@@ -105,6 +110,8 @@ fn main() -> ExitCode {
             .map_err(Fail::Run)
             .map(|_| true),
         "scenarios" => scenarios(rest),
+        "hostwatch" => host::run(rest).map_err(Fail::Usage).map(|_| true),
+        "hostload" => host::load(rest).map_err(Fail::Run).map(|_| true),
         "-h" | "--help" | "help" => {
             println!("{USAGE}");
             return ExitCode::SUCCESS;

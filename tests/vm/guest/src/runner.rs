@@ -459,6 +459,8 @@ fn run_one(sc: &Scenario, opts: &Opts) -> Option<bool> {
         );
         return None;
     }
+    // The host measures its own noise from here to the verdict line (host.rs).
+    println!("SCENARIO_BEGIN {}", sc.name);
     let mut kmsg = Kmsg::from_now();
     let t0 = Instant::now();
     let mut ctx = Ctx::new(sc.name, opts);

@@ -38,16 +38,22 @@ fn place(c: &Common) -> Result<(), String> {
         cgroup::move_self(rel)?;
     }
     if let Some(cpu) = c.pin {
-        if cpu >= libc::CPU_SETSIZE as u64 {
-            return Err(format!("--pin {cpu}: CPU number too large"));
-        }
-        // SAFETY: cpu_set_t is plain data; CPU_SET is bounds-checked above.
-        unsafe {
-            let mut set: libc::cpu_set_t = std::mem::zeroed();
-            libc::CPU_SET(cpu as usize, &mut set);
-            if libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) != 0 {
-                return Err(format!("--pin {cpu}: {}", std::io::Error::last_os_error()));
-            }
+        pin_self(cpu)?;
+    }
+    Ok(())
+}
+
+/// Restricts the calling thread (and threads it creates later) to `cpu`.
+pub fn pin_self(cpu: u64) -> Result<(), String> {
+    if cpu >= libc::CPU_SETSIZE as u64 {
+        return Err(format!("--pin {cpu}: CPU number too large"));
+    }
+    // SAFETY: cpu_set_t is plain data; CPU_SET is bounds-checked above.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu as usize, &mut set);
+        if libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) != 0 {
+            return Err(format!("--pin {cpu}: {}", std::io::Error::last_os_error()));
         }
     }
     Ok(())
@@ -317,7 +323,7 @@ pub fn ticker(c: Common, hz: u64) -> Result<(), String> {
 }
 
 /// Makes the calling thread SCHED_FIFO priority 1 (as the scheduler's agent is).
-fn fifo_self() -> Result<(), String> {
+pub fn fifo_self() -> Result<(), String> {
     let param = libc::sched_param { sched_priority: 1 };
     // SAFETY: plain syscall on this thread with a valid parameter.
     if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) } != 0 {

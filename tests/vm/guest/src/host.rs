@@ -1,0 +1,245 @@
+//! `hostwatch`: runs on the host, between qemu's serial console and the log. It passes every
+//! line through and measures, for each scenario, what the host did while the guest ran it.
+//!
+//! Under TCG the guest's clock follows the host's, so a vCPU thread that the host does not
+//! run still advances guest time: the task that was on that vCPU is charged the stall, and a
+//! limited group runs into debt for CPU it never had. Two things take CPU from qemu's
+//! vCPU threads: the hypervisor under this machine (host **steal**, the 8th value of
+//! /proc/stat's `cpu` line) and other processes on this machine (**other**: busy time that
+//! is not qemu's). The guest prints `SCENARIO_BEGIN name` before each scenario and its
+//! verdict line after; at each we read /proc/stat and qemu's own CPU time
+//! (/proc/PID/stat, all threads), and append the window's figures to the verdict line:
+//!
+//!   host_steal_pct  steal as a share of the host's CPU capacity (all CPUs, as vmstat's `st`)
+//!   host_other_pct  busy time of everything but qemu, same unit
+//!   host_qemu_pct   qemu's CPU time, same unit
+//!
+//! `tests/vm/run` reads them to tell host noise from a regression.
+//!
+//! `hostload` makes such noise on purpose, and the same every time: on each host CPU a
+//! SCHED_FIFO thread pinned there burns PCT ms of every 100 ms (absolute deadlines, so the
+//! duty cycle does not drift), taking that share of each CPU from qemu's threads. With it a
+//! noisy host can be reproduced, and scx_bandwidth compared with the kernel's CFS under the
+//! same stalls.
+
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
+
+/// Cumulative host CPU figures at one instant, in clock ticks (USER_HZ).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Sample {
+    /// Every tick of every CPU (idle and iowait included).
+    pub total: u64,
+    /// Ticks some process or the kernel ran: user, nice, system, irq, softirq.
+    pub busy: u64,
+    /// Ticks the hypervisor gave to other guests.
+    pub steal: u64,
+    /// qemu's user + system ticks (all its threads).
+    pub qemu: u64,
+}
+
+/// The host's figures over one scenario, in percent of the host's CPU capacity.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Noise {
+    pub steal_pct: f64,
+    pub other_pct: f64,
+    pub qemu_pct: f64,
+}
+
+impl Noise {
+    pub fn between(a: &Sample, b: &Sample) -> Option<Noise> {
+        let total = b.total.checked_sub(a.total).filter(|&t| t > 0)? as f64;
+        let busy = b.busy.saturating_sub(a.busy);
+        let qemu = b.qemu.saturating_sub(a.qemu);
+        let pct = |x: u64| x as f64 * 100.0 / total;
+        Some(Noise {
+            steal_pct: pct(b.steal.saturating_sub(a.steal)),
+            // qemu's ticks are sampled per process and the host's per CPU: they can disagree
+            // by a tick or two, never make "other" negative.
+            other_pct: pct(busy.saturating_sub(qemu)),
+            qemu_pct: pct(qemu),
+        })
+    }
+
+    /// The figures as they go on the verdict line.
+    pub fn fields(&self) -> String {
+        format!(
+            "host_steal_pct={:.1} host_other_pct={:.1} host_qemu_pct={:.1}",
+            self.steal_pct, self.other_pct, self.qemu_pct
+        )
+    }
+}
+
+/// The `cpu` line of /proc/stat: user nice system idle iowait irq softirq steal ...
+pub fn parse_proc_stat(text: &str) -> Option<(u64, u64, u64)> {
+    let line = text.lines().find(|l| l.starts_with("cpu "))?;
+    let v: Vec<u64> = line.split_whitespace().skip(1).take(8).map(|f| f.parse().ok()).collect::<Option<_>>()?;
+    if v.len() < 8 {
+        return None;
+    }
+    let busy = v[0] + v[1] + v[2] + v[5] + v[6];
+    Some((v.iter().sum(), busy, v[7]))
+}
+
+/// utime + stime of /proc/PID/stat (fields 14 and 15; the name in parentheses may hold spaces).
+pub fn parse_pid_stat(text: &str) -> Option<u64> {
+    let rest = &text[text.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // After ")": state is field 3, so utime (14) and stime (15) are at 11 and 12.
+    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+}
+
+fn qemu_ticks(pidfile: &Path) -> u64 {
+    let pid = std::fs::read_to_string(pidfile).unwrap_or_default();
+    let pid = pid.trim();
+    if pid.is_empty() {
+        return 0;
+    }
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).ok().as_deref().and_then(parse_pid_stat).unwrap_or(0)
+}
+
+fn sample(pidfile: &Path) -> Option<Sample> {
+    let (total, busy, steal) = parse_proc_stat(&std::fs::read_to_string("/proc/stat").ok()?)?;
+    Some(Sample { total, busy, steal, qemu: qemu_ticks(pidfile) })
+}
+
+/// What a console line means to the watcher.
+#[derive(Debug, PartialEq)]
+pub enum Line<'a> {
+    Begin(&'a str),
+    Verdict(&'a str),
+    Other,
+}
+
+pub fn classify(line: &str) -> Line<'_> {
+    if let Some(name) = line.strip_prefix("SCENARIO_BEGIN ") {
+        return Line::Begin(name.trim());
+    }
+    if let Some(rest) = line.strip_prefix("SCENARIO ") {
+        let mut w = rest.split_whitespace();
+        if let (Some(name), Some("PASS" | "FAIL" | "SKIP")) = (w.next(), w.next()) {
+            return Line::Verdict(name);
+        }
+    }
+    Line::Other
+}
+
+/// Copies `input` to `out` line by line, appending the host's figures to each verdict line
+/// whose scenario began in `input`. `now` takes a sample (a parameter for the tests).
+pub fn annotate(input: impl BufRead, mut out: impl Write, mut now: impl FnMut() -> Option<Sample>) -> std::io::Result<()> {
+    let mut begun: Option<(String, Sample)> = None;
+    for line in input.split(b'\n') {
+        let line = String::from_utf8_lossy(&line?).trim_end_matches('\r').to_string();
+        match classify(&line) {
+            Line::Begin(name) => begun = now().map(|s| (name.to_string(), s)),
+            Line::Verdict(name) => {
+                if let Some((_, a)) = begun.take().filter(|(n, _)| n == name) {
+                    if let Some(n) = now().and_then(|b| Noise::between(&a, &b)) {
+                        // Before a FAIL's free-text reason, so the figures stay key=value.
+                        let (head, reason) = line.split_at(line.find(" reason=").unwrap_or(line.len()));
+                        writeln!(out, "{head} {}{reason}", n.fields())?;
+                        out.flush()?;
+                        continue;
+                    }
+                }
+            }
+            Line::Other => {}
+        }
+        writeln!(out, "{line}")?;
+        out.flush()?;
+    }
+    Ok(())
+}
+
+/// `scxbw-guest hostwatch --pidfile FILE`: qemu's console on stdin, the annotated log on stdout.
+pub fn run(argv: &[String]) -> Result<(), String> {
+    let p = crate::args::parse(argv, &["pidfile"], &[])?;
+    let pidfile = PathBuf::from(p.str("pidfile").ok_or("--pidfile is required")?);
+    let stdin = std::io::stdin();
+    annotate(stdin.lock(), std::io::stdout().lock(), || sample(&pidfile)).map_err(|e| e.to_string())
+}
+
+/// Cycle of the `hostload` threads: short against the 100 ms periods the scenarios use, so
+/// every period sees the same share of stalls.
+const LOAD_CYCLE_NS: u64 = 100_000_000;
+
+/// `scxbw-guest hostload --pct P --seconds S`: P % of every host CPU, for S seconds.
+pub fn load(argv: &[String]) -> Result<(), String> {
+    use crate::workload::{fifo_self, mono_ns, pin_self, sleep_until_mono};
+    let p = crate::args::parse(argv, &["pct", "seconds"], &[])?;
+    let pct = p.req_u64("pct")?;
+    if !(1..=90).contains(&pct) {
+        return Err(format!("--pct {pct}: must be 1..90 (RT throttling caps a CPU at 95 %)"));
+    }
+    let seconds = p.req_u64("seconds")?;
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
+    let burn = LOAD_CYCLE_NS * pct / 100;
+    let end = mono_ns() + seconds * 1_000_000_000;
+    let threads: Vec<_> = (0..cpus)
+        .map(|cpu| {
+            std::thread::spawn(move || -> Result<(), String> {
+                pin_self(cpu)?;
+                fifo_self()?;
+                let mut start = mono_ns();
+                while start < end {
+                    while mono_ns() < start + burn {
+                        std::hint::spin_loop();
+                    }
+                    start += LOAD_CYCLE_NS;
+                    sleep_until_mono(start);
+                }
+                Ok(())
+            })
+        })
+        .collect();
+    println!("HOSTLOAD cpus={cpus} pct={pct} seconds={seconds}");
+    for t in threads {
+        t.join().map_err(|_| "hostload thread panicked".to_string())??;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proc_stat() {
+        let t = "cpu  100 5 20 800 10 3 2 60 0 0\ncpu0 50 2 10 400 5 1 1 30 0 0\n";
+        assert_eq!(parse_proc_stat(t), Some((1000, 130, 60)));
+        assert_eq!(parse_proc_stat("cpu0 1 2 3\n"), None);
+        let p = "4242 (qemu-system x86) S 1 2 3 4 5 6 7 8 9 10 250 50 0 0 20 0 9";
+        assert_eq!(parse_pid_stat(p), Some(300));
+    }
+
+    #[test]
+    fn shares_of_capacity() {
+        let a = Sample { total: 1000, busy: 300, steal: 10, qemu: 200 };
+        let b = Sample { total: 3000, busy: 1500, steal: 410, qemu: 1100 };
+        let n = Noise::between(&a, &b).unwrap();
+        assert_eq!((n.steal_pct, n.other_pct, n.qemu_pct), (20.0, 15.0, 45.0));
+        assert_eq!(Noise::between(&b, &b), None);
+    }
+
+    #[test]
+    fn verdicts_get_the_window_of_their_own_scenario() {
+        let log = "boot\r\nSCENARIO_BEGIN a\nSCENARIO a PASS ratio=1.0\r\nSCENARIO b SKIP reason=x\n\
+                   SCENARIO_BEGIN c\n# noise\nSCENARIO c FAIL ratio=2 reason=a b\n";
+        let mut t = 0u64;
+        let mut out = Vec::new();
+        annotate(log.as_bytes(), &mut out, || {
+            t += 1000;
+            Some(Sample { total: t, busy: t / 2, steal: t / 10, qemu: t / 4 })
+        })
+        .unwrap();
+        let out = String::from_utf8(out).unwrap();
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines[0], "boot");
+        assert_eq!(lines[2], "SCENARIO a PASS ratio=1.0 host_steal_pct=10.0 host_other_pct=25.0 host_qemu_pct=25.0");
+        assert_eq!(lines[3], "SCENARIO b SKIP reason=x");
+        assert!(lines[6].starts_with("SCENARIO c FAIL ratio=2 host_steal_pct=10.0"), "{}", lines[6]);
+        assert!(lines[6].ends_with("host_qemu_pct=25.0 reason=a b"), "{}", lines[6]);
+        assert_eq!(classify("SCENARIO_BEGIN x"), Line::Begin("x"));
+        assert_eq!(classify("SCENARIO x RUNNING"), Line::Other);
+    }
+}
