@@ -16,11 +16,15 @@
 //!
 //! `tests/vm/run` reads them to tell host noise from a regression.
 //!
-//! `hostload` makes such noise on purpose, and the same every time: on each host CPU a
-//! SCHED_FIFO thread pinned there burns PCT ms of every 100 ms (absolute deadlines, so the
-//! duty cycle does not drift), taking that share of each CPU from qemu's threads. With it a
-//! noisy host can be reproduced, and scx_bandwidth compared with the kernel's CFS under the
-//! same stalls.
+//! `hostload` makes such noise on purpose, and the same every time, in two forms:
+//! - `--pct P`: on each host CPU a SCHED_FIFO thread pinned there burns P ms of every
+//!   100 ms (absolute deadlines, so the duty cycle does not drift), taking that share of each
+//!   CPU from qemu's threads and from everything else (a build included);
+//! - `--stall-ms S --every-ms E --pidfile F`: SIGSTOP and SIGCONT the process in F (qemu) so
+//!   it is stopped S ms of every E ms: every vCPU stalls at once while guest time goes on,
+//!   which is what hypervisor steal does to this machine's qemu.
+//! With them a noisy host can be reproduced, and scx_bandwidth compared with the kernel's
+//! CFS under the same stalls.
 
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
@@ -163,10 +167,14 @@ pub fn run(argv: &[String]) -> Result<(), String> {
 /// every period sees the same share of stalls.
 const LOAD_CYCLE_NS: u64 = 100_000_000;
 
-/// `scxbw-guest hostload --pct P --seconds S`: P % of every host CPU, for S seconds.
+/// `scxbw-guest hostload --pct P --seconds S`: P % of every host CPU, for S seconds; or
+/// with `--stall-ms S --every-ms E --pidfile F`, stops F's process S ms of every E ms.
 pub fn load(argv: &[String]) -> Result<(), String> {
     use crate::workload::{fifo_self, mono_ns, pin_self, sleep_until_mono};
-    let p = crate::args::parse(argv, &["pct", "seconds"], &[])?;
+    let p = crate::args::parse(argv, &["pct", "seconds", "stall-ms", "every-ms", "pidfile"], &[])?;
+    if p.str("stall-ms").is_some() {
+        return stall(p.req_u64("stall-ms")?, p.req_u64("every-ms")?, Path::new(p.str("pidfile").ok_or("--pidfile is required with --stall-ms")?), p.req_u64("seconds")?);
+    }
     let pct = p.req_u64("pct")?;
     if !(1..=90).contains(&pct) {
         return Err(format!("--pct {pct}: must be 1..90 (RT throttling caps a CPU at 95 %)"));
@@ -196,6 +204,44 @@ pub fn load(argv: &[String]) -> Result<(), String> {
     for t in threads {
         t.join().map_err(|_| "hostload thread panicked".to_string())??;
     }
+    Ok(())
+}
+
+/// Stops the process named by `pidfile` for `stall_ms` of every `every_ms`, for `seconds`
+/// (waiting for the file to name a live process first). Always leaves it running.
+fn stall(stall_ms: u64, every_ms: u64, pidfile: &Path, seconds: u64) -> Result<(), String> {
+    use crate::workload::{mono_ns, sleep_until_mono};
+    if stall_ms == 0 || stall_ms >= every_ms {
+        return Err(format!("--stall-ms {stall_ms} must be in 1..--every-ms ({every_ms})"));
+    }
+    let end = mono_ns() + seconds * 1_000_000_000;
+    let pid = loop {
+        let pid: i32 = std::fs::read_to_string(pidfile).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0);
+        // SAFETY: signal 0 only checks that the process exists.
+        if pid > 0 && unsafe { libc::kill(pid, 0) } == 0 {
+            break pid;
+        }
+        if mono_ns() > end {
+            return Err(format!("{}: no process to stall", pidfile.display()));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    println!("HOSTLOAD pid={pid} stall_ms={stall_ms} every_ms={every_ms}");
+    let mut start = mono_ns();
+    let mut stalls = 0u64;
+    while start < end {
+        // SAFETY: plain signals to a process we started (through tests/vm/run).
+        if unsafe { libc::kill(pid, libc::SIGSTOP) } != 0 {
+            break; // it exited
+        }
+        sleep_until_mono(start + stall_ms * 1_000_000);
+        // SAFETY: as above.
+        unsafe { libc::kill(pid, libc::SIGCONT) };
+        stalls += 1;
+        start += every_ms * 1_000_000;
+        sleep_until_mono(start);
+    }
+    println!("HOSTLOAD stalls={stalls}");
     Ok(())
 }
 
