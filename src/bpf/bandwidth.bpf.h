@@ -29,6 +29,11 @@
 
 #include "intf.h"
 
+static void bw_short_timer_resume(struct bw_group *g, u32 slot, u64 now);
+static bool bw_short_catch_up(struct bw_group *g, u32 slot);
+static void bw_request_release(struct bw_group *g);
+static void bw_short_timer_ensure(struct bw_group *g, u32 slot, u64 now);
+
 /* Slice pulled from a pool at a time (sched_cfs_bandwidth_slice_us). */
 const volatile u64 bw_slice_ns = 5ULL * 1000 * 1000;
 /* Number of possible CPU ids, for loops over CPUs. */
@@ -341,10 +346,6 @@ static __always_inline void bw_refresh_chain(struct task_struct *p, struct task_
 		bw_resolve_chain(p, tctx);
 }
 
-static void bw_short_timer_resume(struct bw_group *g, u32 slot, u64 now);
-static bool bw_short_catch_up(struct bw_group *g, u32 slot);
-static void bw_request_release(struct bw_group *g);
-
 /*
  * A CPU pulled from the pool of an idle group: its period timer is stopped.
  * Restart the safety net's clock (the last refill may be long ago), a short
@@ -557,6 +558,47 @@ static __always_inline bool bw_starving(struct task_ctx *tctx)
 	       bpf_ktime_get_ns() - tctx->parked_at > BW_RESCUE_MS * 1000000ULL;
 }
 
+/* Histogram bucket of a wait (see BW_WAIT_BUCKETS): four per power of two µs. */
+static __always_inline u32 wait_bucket(u64 ns)
+{
+	u64 us = ns / 1000;
+	u32 log = 0, b;
+
+	if (us < 4)
+		return us;
+	if (us >= 1ULL << 32) { us >>= 32; log += 32; }
+	if (us >= 1ULL << 16) { us >>= 16; log += 16; }
+	if (us >= 1ULL << 8) { us >>= 8; log += 8; }
+	if (us >= 1ULL << 4) { us >>= 4; log += 4; }
+	if (us >= 1ULL << 2) { us >>= 2; log += 2; }
+	if (us >= 1ULL << 1) { us >>= 1; log += 1; }
+	/* us is now 1; the two bits below the top one pick the quarter. */
+	b = 4 * log + (u32)((ns / 1000 >> (log - 2)) & 3);
+	return b < BW_WAIT_BUCKETS ? b : BW_WAIT_BUCKETS - 1;
+}
+
+/*
+ * A task that had parked runs again: record how long it waited in its
+ * group's throttle-wait histogram.
+ */
+static __always_inline void bw_note_unparked(struct task_ctx *tctx)
+{
+	struct bw_group *g;
+	u64 wait;
+
+	tctx->held_kernel = 0;
+	if (!tctx->parked_at)
+		return;
+	wait = bpf_ktime_get_ns() - tctx->parked_at;
+	tctx->parked_at = 0;
+	g = bw_group(tctx->parked_slot);
+	if (!g)
+		return;
+	__sync_fetch_and_add(&g->wait_hist[wait_bucket(wait) % BW_WAIT_BUCKETS], 1);
+	if (wait > READ_ONCE(g->wait_max_ns))
+		WRITE_ONCE(g->wait_max_ns, wait);
+}
+
 /*
  * Throttled tasks that hold the whole kernel up are not parked. We park a task
  * of a throttled group wherever it was preempted, and some places make every
@@ -683,47 +725,6 @@ static bool bw_kernel_credit(struct task_struct *p, struct task_ctx *tctx)
 	return true;
 }
 
-/* Histogram bucket of a wait (see BW_WAIT_BUCKETS): four per power of two µs. */
-static __always_inline u32 wait_bucket(u64 ns)
-{
-	u64 us = ns / 1000;
-	u32 log = 0, b;
-
-	if (us < 4)
-		return us;
-	if (us >= 1ULL << 32) { us >>= 32; log += 32; }
-	if (us >= 1ULL << 16) { us >>= 16; log += 16; }
-	if (us >= 1ULL << 8) { us >>= 8; log += 8; }
-	if (us >= 1ULL << 4) { us >>= 4; log += 4; }
-	if (us >= 1ULL << 2) { us >>= 2; log += 2; }
-	if (us >= 1ULL << 1) { us >>= 1; log += 1; }
-	/* us is now 1; the two bits below the top one pick the quarter. */
-	b = 4 * log + (u32)((ns / 1000 >> (log - 2)) & 3);
-	return b < BW_WAIT_BUCKETS ? b : BW_WAIT_BUCKETS - 1;
-}
-
-/*
- * A task that had parked runs again: record how long it waited in its
- * group's throttle-wait histogram.
- */
-static __always_inline void bw_note_unparked(struct task_ctx *tctx)
-{
-	struct bw_group *g;
-	u64 wait;
-
-	tctx->held_kernel = 0;
-	if (!tctx->parked_at)
-		return;
-	wait = bpf_ktime_get_ns() - tctx->parked_at;
-	tctx->parked_at = 0;
-	g = bw_group(tctx->parked_slot);
-	if (!g)
-		return;
-	__sync_fetch_and_add(&g->wait_hist[wait_bucket(wait) % BW_WAIT_BUCKETS], 1);
-	if (wait > READ_ONCE(g->wait_max_ns))
-		WRITE_ONCE(g->wait_max_ns, wait);
-}
-
 /*
  * @amount of runtime goes back to the pool of @g (in @slot). If the group is
  * throttled and the pool now holds more than BW_MIN_LOCAL_NS, that is worth a
@@ -817,43 +818,6 @@ static void bw_stop_clock(struct bw_group *g, struct bw_cpu *c, u64 now)
 
 	if (at && __sync_val_compare_and_swap(&c->throttled_at, at, 0) == at && now > at)
 		__sync_fetch_and_add(&g->throttled_time, now - at);
-}
-
-/*
- * @cpu goes offline or comes online: whatever local runtime it holds goes
- * back to the pools (an offline CPU would strand it; one coming back may hold
- * what a task charged after the offline callback), and a throttle clock it
- * left running stops. A debt (negative local runtime) stays: the CPU pays it
- * with its next pull. Runs on @cpu, but a tick may charge in between, hence
- * the cmpxchg.
- */
-static void bw_reclaim_cpu(s32 cpu)
-{
-	u64 now = bpf_ktime_get_ns();
-	u32 slot;
-
-	stat_inc(BW_STAT_HOTPLUG);
-	bpf_for(slot, 0, bw_slots()) {
-		struct bw_cpu *c = bpf_map_lookup_percpu_elem(&bw_cpus, &slot, cpu);
-		struct bw_group *g;
-		s64 rt;
-		u64 at;
-
-		if (!c)
-			break;
-		rt = READ_ONCE(c->runtime);
-		at = READ_ONCE(c->throttled_at);
-		if (rt <= 0 && !at)
-			continue;
-		g = bw_group(slot);
-		if (!g)
-			continue;
-		bw_stop_clock(g, c, now);
-		if (rt > 0 && __sync_val_compare_and_swap(&c->runtime, rt, 0) == rt) {
-			stat_add(BW_STAT_HOTPLUG_NS, rt);
-			bw_give_back(g, slot, rt);
-		}
-	}
 }
 
 /* Wake every idle CPU (to run tasks just moved to the shared queue). */
@@ -1011,6 +975,77 @@ int bw_unthrottle(struct bw_unthrottle_args *args)
 }
 
 /*
+ * Reset a slot the agent is (re)assigning: forget local runtime and throttle
+ * state on every CPU and release anything still parked there.
+ */
+SEC("syscall")
+int bw_reset_slot(struct bw_reset_args *args)
+{
+	u32 slot = args->slot;
+	struct bw_group *g = bw_group(slot);
+	struct task_struct *p;
+
+	if (!g)
+		return -EINVAL;
+	WRITE_ONCE(g->throttled, 0);
+	WRITE_ONCE(g->slack_pending, 0);
+	WRITE_ONCE(g->safety_release, 0);
+	WRITE_ONCE(g->idle, 0);
+	s32 cpu;
+	bpf_for(cpu, 0, nr_cpu_ids) {
+		struct bw_cpu *c = bpf_map_lookup_percpu_elem(&bw_cpus, &slot, cpu);
+
+		if (c) {
+			c->runtime = 0;
+			c->throttled_at = 0;
+		}
+	}
+	bpf_rcu_read_lock();
+	bpf_for_each(scx_dsq, p, BW_PARK_DSQ_BASE + slot, 0)
+		scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, BW_SHARED_DSQ, 0);
+	bpf_rcu_read_unlock();
+	kick_idle_cpus();
+	return 0;
+}
+
+/*
+ * @cpu goes offline or comes online: whatever local runtime it holds goes
+ * back to the pools (an offline CPU would strand it; one coming back may hold
+ * what a task charged after the offline callback), and a throttle clock it
+ * left running stops. A debt (negative local runtime) stays: the CPU pays it
+ * with its next pull. Runs on @cpu, but a tick may charge in between, hence
+ * the cmpxchg.
+ */
+static void bw_reclaim_cpu(s32 cpu)
+{
+	u64 now = bpf_ktime_get_ns();
+	u32 slot;
+
+	stat_inc(BW_STAT_HOTPLUG);
+	bpf_for(slot, 0, bw_slots()) {
+		struct bw_cpu *c = bpf_map_lookup_percpu_elem(&bw_cpus, &slot, cpu);
+		struct bw_group *g;
+		s64 rt;
+		u64 at;
+
+		if (!c)
+			break;
+		rt = READ_ONCE(c->runtime);
+		at = READ_ONCE(c->throttled_at);
+		if (rt <= 0 && !at)
+			continue;
+		g = bw_group(slot);
+		if (!g)
+			continue;
+		bw_stop_clock(g, c, now);
+		if (rt > 0 && __sync_val_compare_and_swap(&c->runtime, rt, 0) == rt) {
+			stat_add(BW_STAT_HOTPLUG_NS, rt);
+			bw_give_back(g, slot, rt);
+		}
+	}
+}
+
+/*
  * Safety net for a stalled agent (frozen, SIGSTOPped, starved): a BPF timer
  * looks at every group's last refill; one BW_SAFETY_PERIODS periods old is
  * refilled here with the agent's rule and marked for release, and all CPUs are
@@ -1067,8 +1102,6 @@ static void bw_request_release(struct bw_group *g)
 	WRITE_ONCE(g->safety_release, 1);
 	__sync_fetch_and_add(&bw_safety_pending, 1);
 }
-
-static void bw_short_timer_ensure(struct bw_group *g, u32 slot, u64 now);
 
 static bool bw_safety_refill(struct bw_group *g, u32 slot, u64 now)
 {
@@ -1140,6 +1173,37 @@ static s32 bw_safety_start(void)
 	if (ret)
 		return ret;
 	return bpf_timer_start(&st->timer, BW_SAFETY_TICK_NS, 0);
+}
+
+/*
+ * From ops.dispatch: unthrottle the groups the safety net refilled (throttle
+ * clocks settled, parked tasks released), as bw_unthrottle does for the agent.
+ */
+static void bw_safety_release(void)
+{
+	struct task_struct *p;
+	bool moved = false;
+	s32 slot;
+
+	if (!READ_ONCE(bw_safety_pending))
+		return;
+	WRITE_ONCE(bw_safety_pending, 0);
+	bpf_for(slot, 0, bw_slots()) {
+		struct bw_group *g = bw_group(slot);
+
+		if (!g || !READ_ONCE(g->safety_release))
+			continue;
+		if (__sync_val_compare_and_swap(&g->safety_release, 1, 0) != 1)
+			continue;
+		WRITE_ONCE(g->throttled, 0);
+		bw_settle_throttle_clocks(g, slot);
+		bpf_for_each(scx_dsq, p, BW_PARK_DSQ_BASE + slot, 0) {
+			if (scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, BW_SHARED_DSQ, 0))
+				moved = true;
+		}
+	}
+	if (moved)
+		kick_idle_cpus();
 }
 
 /*
@@ -1402,71 +1466,6 @@ static void bw_slice_timer_arm(struct task_ctx *tctx, u64 slice)
 	}
 	if (is_short)
 		bw_stop_current_in(slice);
-}
-
-/*
- * From ops.dispatch: unthrottle the groups the safety net refilled (throttle
- * clocks settled, parked tasks released), as bw_unthrottle does for the agent.
- */
-static void bw_safety_release(void)
-{
-	struct task_struct *p;
-	bool moved = false;
-	s32 slot;
-
-	if (!READ_ONCE(bw_safety_pending))
-		return;
-	WRITE_ONCE(bw_safety_pending, 0);
-	bpf_for(slot, 0, bw_slots()) {
-		struct bw_group *g = bw_group(slot);
-
-		if (!g || !READ_ONCE(g->safety_release))
-			continue;
-		if (__sync_val_compare_and_swap(&g->safety_release, 1, 0) != 1)
-			continue;
-		WRITE_ONCE(g->throttled, 0);
-		bw_settle_throttle_clocks(g, slot);
-		bpf_for_each(scx_dsq, p, BW_PARK_DSQ_BASE + slot, 0) {
-			if (scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, BW_SHARED_DSQ, 0))
-				moved = true;
-		}
-	}
-	if (moved)
-		kick_idle_cpus();
-}
-
-/*
- * Reset a slot the agent is (re)assigning: forget local runtime and throttle
- * state on every CPU and release anything still parked there.
- */
-SEC("syscall")
-int bw_reset_slot(struct bw_reset_args *args)
-{
-	u32 slot = args->slot;
-	struct bw_group *g = bw_group(slot);
-	struct task_struct *p;
-
-	if (!g)
-		return -EINVAL;
-	WRITE_ONCE(g->throttled, 0);
-	WRITE_ONCE(g->slack_pending, 0);
-	WRITE_ONCE(g->safety_release, 0);
-	WRITE_ONCE(g->idle, 0);
-	s32 cpu;
-	bpf_for(cpu, 0, nr_cpu_ids) {
-		struct bw_cpu *c = bpf_map_lookup_percpu_elem(&bw_cpus, &slot, cpu);
-
-		if (c) {
-			c->runtime = 0;
-			c->throttled_at = 0;
-		}
-	}
-	bpf_rcu_read_lock();
-	bpf_for_each(scx_dsq, p, BW_PARK_DSQ_BASE + slot, 0)
-		scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, BW_SHARED_DSQ, 0);
-	bpf_rcu_read_unlock();
-	kick_idle_cpus();
-	return 0;
 }
 
 #endif /* __SCX_BANDWIDTH_BPF_H */
