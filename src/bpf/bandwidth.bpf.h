@@ -35,74 +35,7 @@ static void bw_request_release(struct bw_group *g);
 static void bw_short_timer_ensure(struct bw_group *g, u32 slot, u64 now);
 
 #include "bw_common.bpf.h"
-
-/*
- * Resolve @p's chain of limited groups from its cgroup's ancestry. Only
- * callable where @p is an argument of the running op (scx_bpf_task_cgroup()).
- */
-static void bw_resolve_chain(struct task_struct *p, struct task_ctx *tctx)
-{
-	u64 gen = bw_cfg_gen;
-	struct cgroup *cgrp;
-	u32 n = 0;
-	int level;
-
-	cgrp = scx_bpf_task_cgroup(p);
-	if (!cgrp) {
-		tctx->cgid = 0;
-		tctx->nr_chain = 0;
-		tctx->gen = gen;
-		return;
-	}
-	tctx->cgid = cgrp->kn->id;
-	level = cgrp->level;
-	/* The agent is never limited (but its weight counts in its cgroup). */
-	if (p->tgid == agent_tgid)
-		level = 0;
-
-	/* The root cgroup (level 0) cannot be limited. */
-	s32 i;
-	bpf_for(i, 1, BW_MAX_LEVEL + 1) {
-		struct cgroup *anc;
-		u32 *slot;
-		u64 id;
-
-		if (i > level)
-			break;
-		anc = bpf_cgroup_ancestor(cgrp, i);
-		if (!anc)
-			break;
-		id = anc->kn->id;
-		bpf_cgroup_release(anc);
-
-		slot = bpf_map_lookup_elem(&cgid_slot, &id);
-		if (!slot)
-			continue;
-		if (n >= BW_MAX_CHAIN) {
-			/*
-			 * The agent refuses deeper nesting in its config, but
-			 * cpu.max can be written at any depth (also in a
-			 * delegated subtree). Keep the outermost limits, the
-			 * ones closest to the machine's owner, and count it:
-			 * the agent reports it as an error.
-			 */
-			stat_inc(BW_STAT_DEEP);
-			break;
-		}
-		tctx->chain[n & (BW_MAX_CHAIN - 1)] = *slot;
-		n++;
-	}
-	bpf_cgroup_release(cgrp);
-
-	tctx->nr_chain = n;
-	tctx->gen = gen;
-}
-
-static __always_inline void bw_refresh_chain(struct task_struct *p, struct task_ctx *tctx)
-{
-	if (tctx->gen != bw_cfg_gen)
-		bw_resolve_chain(p, tctx);
-}
+#include "bw_chain.bpf.h"
 
 /*
  * A CPU pulled from the pool of an idle group: its period timer is stopped.
