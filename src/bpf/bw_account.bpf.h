@@ -1,4 +1,24 @@
 /* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * Account, assign, throttle (fair.c: account_cfs_rq_runtime,
+ * assign_cfs_rq_runtime, throttle_cfs_rq): the path every charge takes.
+ *
+ * As in fair.c, a CPU does not run a group on its pool directly: it pulls a
+ * slice (bw_slice_ns) into its local runtime, charges against that, and goes
+ * back to the pool only when the slice is used up. The pool is shared by all
+ * CPUs, so a pull is a compare-and-swap that never takes more than is there;
+ * a CPU that cannot pull throttles the group. Throttling here only marks the
+ * CPU and the group: what becomes of the task (preempted, parked, or run on
+ * credit) depends on the op that asked, and main.bpf.c decides it with
+ * bw_park.bpf.h and bw_kernel_credit.bpf.h.
+ *
+ * Two things ride on the pull path and live here for that reason: a pull from
+ * an idle group's pool wakes the group (bw_wake; the agent stopped its period
+ * timer, and a pull is the first sign the group runs again), and the slice
+ * cap, which gives a task no longer a slice than its groups hold here, so
+ * that it stops when that runtime is used up (at the next tick, or at the
+ * slice timer for a short period).
+ */
 #ifndef __SCX_BW_ACCOUNT_BPF_H
 #define __SCX_BW_ACCOUNT_BPF_H
 

@@ -1,4 +1,14 @@
 /* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * The chain: which limited groups charge a task. As in the kernel, a task is
+ * limited by its own cgroup and by every ancestor that has a limit. Walking
+ * the cgroup tree on every charge would cost a lookup per level per tick, so
+ * the slots are resolved once and cached in task_ctx until the task moves
+ * (ops.cgroup_move marks it stale) or the agent changes which cgroups are
+ * limited (bw_cfg_gen). Only an op that has the task as its argument may
+ * resolve it (scx_bpf_task_cgroup()), which is why dispatch in main.bpf.c
+ * checks for a stale chain instead of refreshing it.
+ */
 #ifndef __SCX_BW_CHAIN_BPF_H
 #define __SCX_BW_CHAIN_BPF_H
 

@@ -1,4 +1,18 @@
 /* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * What every step of bandwidth control shares, and what the agent sees: the
+ * tunables it sets before load, the groups it limits (bw_groups, which it
+ * mmaps to refill the pools; intf.h says who writes what), the per-CPU local
+ * runtimes, the task context, the counters and the events ring. It comes
+ * first so that each step's file can use any of it and hold nothing but its
+ * own part of the algorithm.
+ *
+ * Two helpers are here because several steps must agree on them: bw_slots()
+ * ends every walk over the slots at the highest one the agent ever mapped
+ * (a walk of all BW_MAX_GROUPS takes that time from the running task, see
+ * bw_nr_slots), and bw_pool_floor() is the one definition of a dry pool that
+ * assign, throttle, slack, unthrottle and the BPF refills all use.
+ */
 #ifndef __SCX_BW_COMMON_BPF_H
 #define __SCX_BW_COMMON_BPF_H
 

@@ -1,4 +1,12 @@
 /* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * CPU hotplug. Local runtime lives per CPU: a CPU that goes offline would
+ * keep what it holds out of its groups' pools until it came back, and one
+ * coming back may hold what a task charged after the offline callback. Both
+ * callbacks (bw_cpu_offline and bw_cpu_online in main.bpf.c) give it back
+ * through the slack path and stop a throttle clock the CPU left running. A
+ * debt stays with the CPU, which pays it with its next pull.
+ */
 #ifndef __SCX_BW_HOTPLUG_BPF_H
 #define __SCX_BW_HOTPLUG_BPF_H
 

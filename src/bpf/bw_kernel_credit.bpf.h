@@ -1,4 +1,15 @@
 /* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * Kernel credit: the one exception to parking. A task preempted inside the
+ * kernel may hold what the whole machine waits for (a lock that cgroup moves
+ * and forks need, an RCU read-side section); parked until its group's
+ * refill, it held them up for as long (the measurements are below). fair.c
+ * avoids this by throttling only on the way back to user mode, which BPF
+ * cannot do, so such a task runs on credit instead, within a bounded debt
+ * (BW_DEBT_MAX_NS) that the next refill pays first. The probes here read what
+ * the task's state shows: its system call (fork, exec, exit), its RCU
+ * nesting, the page-fault mark of CONFIG_LRU_GEN.
+ */
 #ifndef __SCX_BW_KERNEL_CREDIT_BPF_H
 #define __SCX_BW_KERNEL_CREDIT_BPF_H
 

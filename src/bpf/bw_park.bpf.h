@@ -1,4 +1,19 @@
 /* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * Park: where a throttled group's runnable tasks wait. fair.c throttles a
+ * group by taking its cfs_rq off the parent's runqueue, so its tasks are
+ * simply not picked; sched_ext has no per-group runqueue, so a task of a
+ * throttled group goes to the group's own DSQ (BW_PARK_DSQ_BASE + slot),
+ * from which no CPU dispatches. Only a release moves it back to the shared
+ * queue: bw_unthrottle after the agent's refill, bw_safety_release (from a
+ * dispatch) after BPF itself refilled or unthrottled the group, and
+ * bw_reset_slot.
+ *
+ * A parked task's wait is timed from park to its next run (a wait that ends
+ * in sleep does not count), for the group's throttle-wait histogram; a task
+ * parked BW_RESCUE_MS is starving, and the callers let it run on credit
+ * rather than let throttling starve it for good (see intf.h).
+ */
 #ifndef __SCX_BW_PARK_BPF_H
 #define __SCX_BW_PARK_BPF_H
 

@@ -1,4 +1,17 @@
 /* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * Safety net for a stalled agent. The agent owns the refills; if it stops
+ * (frozen, SIGSTOPped, starved of CPU), nothing refills, and throttled tasks
+ * would wait until the sched_ext watchdog ejects the scheduler. So a BPF
+ * timer refills a group whose last refill is BW_SAFETY_PERIODS old, with the
+ * agent's own rule (bw_refill_pool, which the short-period refill uses too),
+ * and a dispatch releases it: at most one quota per BW_SAFETY_PERIODS
+ * periods, and refilled_at tells the agent, once back, that the period was
+ * refilled. bw_request_release is how every unthrottle done by BPF itself
+ * hands the group to the next dispatch (here, short periods, a short-period
+ * group's slack). The same tick starts short-period timers, the one place
+ * that initializes them.
+ */
 #ifndef __SCX_BW_SAFETY_BPF_H
 #define __SCX_BW_SAFETY_BPF_H
 

@@ -1,4 +1,13 @@
 /* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * Periods below BW_SHORT_PERIOD_NS (10 ms, down to the kernel's 1 ms). The
+ * agent, a user-space thread, cannot refill on such a grid in time, so a BPF
+ * timer per group does; a CPU that finds the pool dry after a grid point the
+ * late timer has not served refills it itself; and the pool may be overdrawn
+ * down to bw_pool_floor(), so that a late refill or release costs the group
+ * nothing while the wait stays below BW_SHORT_OVERDRAFT_NS. The reasons, with
+ * what was measured, are in the comment below.
+ */
 #ifndef __SCX_BW_SHORT_PERIOD_BPF_H
 #define __SCX_BW_SHORT_PERIOD_BPF_H
 

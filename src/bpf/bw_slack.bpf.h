@@ -1,4 +1,17 @@
 /* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * Slack (fair.c: return_cfs_rq_runtime, do_sched_cfs_slack_timer). Local
+ * runtime a CPU holds is runtime no other CPU can use. When the CPU stops
+ * running a group's tasks, it keeps BW_MIN_LOCAL_NS and returns the rest to
+ * the pool, so that a group whose tasks sleep on one CPU and wake on another
+ * is not throttled with its runtime stranded where nothing of it runs. If the
+ * group is throttled, what came back is worth a release: the agent is told
+ * and distributes it after its slack delay, which batches the returns of
+ * several CPUs into one unthrottle. A short-period group, whose whole quota
+ * may be less than that floor, is unthrottled here at once (bw_give_back).
+ * bw_give_back is also how a CPU going offline returns its runtime
+ * (bw_hotplug.bpf.h).
+ */
 #ifndef __SCX_BW_SLACK_BPF_H
 #define __SCX_BW_SLACK_BPF_H
 

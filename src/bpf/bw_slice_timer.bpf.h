@@ -1,4 +1,12 @@
 /* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * Slice timers: stop a task when its slice ends, not at the next tick.
+ * sched_ext ends a slice that ran out only at the next tick (4 ms apart at
+ * HZ=250), so a task of a group with 1 ms of runtime ran up to 4 ms. When a
+ * short-period group cuts a task's slice, or a task gets a slice on kernel
+ * credit, a timer pinned to the CPU preempts it when the slice ends, unless
+ * another task runs there by then.
+ */
 #ifndef __SCX_BW_SLICE_TIMER_BPF_H
 #define __SCX_BW_SLICE_TIMER_BPF_H
 

@@ -1,4 +1,15 @@
 /* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * Unthrottle (fair.c: unthrottle_cfs_rq, distribute_cfs_runtime). The agent
+ * owns the period timer and refills the pools from user space, where it
+ * cannot touch DSQs; after each refill it runs bw_unthrottle, a
+ * SEC("syscall") program, for the BPF half: pay what CPUs owe for runs on
+ * credit out of the refill first (or a CPU deep in debt would swallow it),
+ * close the throttle clocks into throttled_time (cpu.stat), clear the
+ * throttle, move the parked tasks back to the shared queue and kick idle CPUs
+ * to run them. bw_reset_slot is the same release for a slot the agent is
+ * (re)assigning, with all of its per-CPU state forgotten.
+ */
 #ifndef __SCX_BW_UNTHROTTLE_BPF_H
 #define __SCX_BW_UNTHROTTLE_BPF_H
 
