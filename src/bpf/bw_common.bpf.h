@@ -234,8 +234,9 @@ static __always_inline bool bw_short_period(const struct bw_group *g)
 
 /*
  * The lowest a pool may go: 0, or for a short-period group minus its
- * overdraft, what its limit gives it over BW_SHORT_OVERDRAFT_NS (see "Short
- * periods", fourth). A pool at or below it is dry.
+ * overdraft, what its limit gives it over BW_SHORT_OVERDRAFT_NS (see
+ * bw_short_period.bpf.h, "Short periods", fourth). A pool at or below it is
+ * dry.
  */
 static __always_inline s64 bw_pool_floor(const struct bw_group *g)
 {

@@ -91,14 +91,14 @@ enum bw_consts {
 	 * BPF timer on the period grid (the agent books its periods), and a
 	 * task whose slice such a group cuts below the full slice is stopped by
 	 * a per-CPU BPF timer when it ends, not at the next tick. See
-	 * bandwidth.bpf.h, "Short periods".
+	 * bw_short_period.bpf.h, "Short periods".
 	 */
 	BW_SHORT_PERIOD_NS	= 10 * 1000 * 1000,
 	/*
 	 * How far a short-period group's pool may be overdrawn: by what its
 	 * limit gives it over this time (quota / period of it). CPUs pull past
 	 * empty down to minus that, and later refills pay it back. See
-	 * bandwidth.bpf.h, "Short periods", fourth.
+	 * bw_short_period.bpf.h, "Short periods", fourth.
 	 */
 	BW_SHORT_OVERDRAFT_NS	= 20 * 1000 * 1000,
 	/* CPUs that get a slice timer (more are enforced at tick granularity). */
