@@ -66,34 +66,34 @@ pub struct Group {
     pub cfg: GroupConfig,
     pub origin: Origin,
     /// A cgroupfs slot given back (its cgroup left or became unlimited), reusable.
-    free: bool,
-    watch: CgroupWatch,
+    pub(in crate::scheduler) free: bool,
+    pub(in crate::scheduler) watch: CgroupWatch,
     /// Present while the cgroup exists and is enforced.
-    timer: Option<PeriodTimer>,
+    pub(in crate::scheduler) timer: Option<PeriodTimer>,
     /// The timer is stopped: a period passed without use and the pool is full
     /// (bw_group.idle set). The first pull from the pool wakes it (BW_EV_WAKE).
-    idle: bool,
+    pub(in crate::scheduler) idle: bool,
     /// When to distribute slack that came back while the group was throttled.
-    slack_at: Option<Instant>,
+    pub(in crate::scheduler) slack_at: Option<Instant>,
     /// Periods elapsed / periods that ended throttled (cpu.stat definitions).
     pub nr_periods: u64,
     pub nr_throttled: u64,
     /// bw_group.nr_parked at the last refill.
-    seen_parked: u64,
+    pub(in crate::scheduler) seen_parked: u64,
     /// Burst figures and usage history, booked at each refill.
     pub book: PeriodBook,
     /// bw_group.refilled_at as the agent last wrote it: a newer value there means
     /// the BPF safety net or short-period timer refilled meanwhile.
-    agent_refilled_ns: u64,
+    pub(in crate::scheduler) agent_refilled_ns: u64,
     /// bw_group.nr_short_throttled at the last refill.
-    seen_short_throttled: u64,
+    pub(in crate::scheduler) seen_short_throttled: u64,
     /// Runtime the agent's refills threw away (cap at quota + burst) from the
     /// pool of a group that was throttled at the time.
     pub discarded_ns: u64,
 }
 
 impl Group {
-    fn new(cfg: GroupConfig, origin: Origin) -> Self {
+    pub(in crate::scheduler) fn new(cfg: GroupConfig, origin: Origin) -> Self {
         Self {
             cfg,
             origin,
@@ -113,29 +113,29 @@ impl Group {
     }
 
     /// Quota and burst in ns; burst 0 under --no-burst.
-    fn limits_ns(&self, no_burst: bool) -> (u64, u64) {
+    pub(in crate::scheduler) fn limits_ns(&self, no_burst: bool) -> (u64, u64) {
         let burst = if no_burst { 0 } else { self.cfg.burst_us };
         (self.cfg.quota_us * NSEC_PER_USEC, burst * NSEC_PER_USEC)
     }
 
     /// Account the period(s) a refill closes: pool-based and used-based bursts and the
     /// usage history.
-    fn close_period(&mut self, left: i64, refilled: i64, usage: u64, overrun: u64, now: Instant) {
+    pub(in crate::scheduler) fn close_period(&mut self, left: i64, refilled: i64, usage: u64, overrun: u64, now: Instant) {
         let (quota, period) = (self.cfg.quota_us * NSEC_PER_USEC, Duration::from_micros(self.cfg.period_us));
         self.book.close(quota, period, left, refilled, usage, overrun, now);
     }
 }
 
 /// The stats server and the main loop's end of its request channel.
-struct StatsLink {
+pub(in crate::scheduler) struct StatsLink {
     _server: StatsServer<(), Metrics>,
-    res: Sender<Metrics>,
-    req: Receiver<()>,
+    pub(in crate::scheduler) res: Sender<Metrics>,
+    pub(in crate::scheduler) req: Receiver<()>,
 }
 
 /// Reader of the events ring, on its own thread: forwards events to the loop.
-struct EventReader {
-    events: Receiver<bpf_intf::bw_event>,
+pub(in crate::scheduler) struct EventReader {
+    pub(in crate::scheduler) events: Receiver<bpf_intf::bw_event>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
@@ -259,11 +259,11 @@ impl<'a> Scheduler<'a> {
         Ok(sched)
     }
 
-    fn bss(&mut self) -> &mut types::bss {
+    pub(in crate::scheduler) fn bss(&mut self) -> &mut types::bss {
         self.skel.maps.bss_data.as_mut().unwrap()
     }
 
-    fn bump_cfg_gen(&mut self) {
+    pub(in crate::scheduler) fn bump_cfg_gen(&mut self) {
         let data = self.skel.maps.data_data.as_mut().unwrap();
         let gen = &raw mut data.bw_cfg_gen;
         // SAFETY: bw_cfg_gen is a naturally aligned u64 in the mmapped .data.
@@ -272,21 +272,21 @@ impl<'a> Scheduler<'a> {
 
     /// Raise bw_nr_slots (the end of BPF's loops over the groups) to cover
     /// `slot`, before the slot is mapped.
-    fn cover_slot(&mut self, slot: usize) {
+    pub(in crate::scheduler) fn cover_slot(&mut self, slot: usize) {
         let bss = self.bss();
         let n = &raw mut bss.bw_nr_slots;
         // SAFETY: aligned u32 in the mmapped .bss; only the agent writes it.
         unsafe { AtomicU32::from_ptr(n) }.fetch_max(slot as u32 + 1, Ordering::Release);
     }
 
-    fn clear_slack_pending(&mut self, slot: usize) {
+    pub(in crate::scheduler) fn clear_slack_pending(&mut self, slot: usize) {
         let g = &mut self.bss().bw_groups[slot];
         // SAFETY: aligned u32 in the mmapped .bss; BPF sets it with a CAS.
         unsafe { AtomicU32::from_ptr(&raw mut g.slack_pending) }.store(0, Ordering::Release);
     }
 
     /// Record a refill of `slot` now in bw_group.refilled_at (the safety net's clock).
-    fn stamp_refill(&mut self, slot: usize) {
+    pub(in crate::scheduler) fn stamp_refill(&mut self, slot: usize) {
         let now = stats::monotonic_ns();
         let g = &mut self.bss().bw_groups[slot];
         // SAFETY: aligned u64 in the mmapped .bss; BPF updates it with a CAS.
@@ -295,21 +295,21 @@ impl<'a> Scheduler<'a> {
     }
 
     /// bw_group.refilled_at as BPF sees it.
-    fn refill_stamp(&mut self, slot: usize) -> u64 {
+    pub(in crate::scheduler) fn refill_stamp(&mut self, slot: usize) -> u64 {
         let g = &mut self.bss().bw_groups[slot];
         // SAFETY: as in stamp_refill.
         unsafe { AtomicU64::from_ptr(&raw mut g.refilled_at) }.load(Ordering::Acquire)
     }
 
     /// The pool of `slot`, shared with BPF, as an atomic.
-    fn pool(&mut self, slot: usize) -> &AtomicI64 {
+    pub(in crate::scheduler) fn pool(&mut self, slot: usize) -> &AtomicI64 {
         let g = &mut self.bss().bw_groups[slot];
         // SAFETY: bw_group.runtime is an aligned i64 in the mmapped .bss that
         // lives as long as the skeleton; all concurrent access is atomic.
         unsafe { AtomicI64::from_ptr(&raw mut g.runtime) }
     }
 
-    fn write_limits(&mut self, slot: usize) {
+    pub(in crate::scheduler) fn write_limits(&mut self, slot: usize) {
         let cfg = self.groups[slot].cfg.clone();
         let g = &mut self.bss().bw_groups[slot];
         g.quota = cfg.quota_us * NSEC_PER_USEC;
@@ -320,7 +320,7 @@ impl<'a> Scheduler<'a> {
     /// Check every configured path (when cgroups were created or removed since the
     /// last walk, or CGROUP_WALK_MAX after it); (re)apply limits to cgroups that
     /// appeared or were re-created, release slots of removed ones.
-    fn poll_cgroups(&mut self, now: Instant) -> Result<()> {
+    pub(in crate::scheduler) fn poll_cgroups(&mut self, now: Instant) -> Result<()> {
         let bss = self.bss();
         // SAFETY: naturally aligned u64 in the mmapped .bss; BPF adds to it atomically.
         let seq = unsafe { AtomicU64::from_ptr(&raw mut bss.bw_cgroup_seq) }.load(Ordering::Acquire);
@@ -377,11 +377,11 @@ impl<'a> Scheduler<'a> {
     }
 
     /// The slot enforcing cgroup `cgid`, if any.
-    fn slot_of(&self, cgid: u64) -> Option<usize> {
+    pub(in crate::scheduler) fn slot_of(&self, cgid: u64) -> Option<usize> {
         self.groups.iter().position(|g| !g.free && g.timer.is_some() && self.cgid_of(g) == Some(cgid))
     }
 
-    fn cgid_of(&self, g: &Group) -> Option<u64> {
+    pub(in crate::scheduler) fn cgid_of(&self, g: &Group) -> Option<u64> {
         match g.origin {
             Origin::Config => g.watch.cgid,
             Origin::Cgroupfs { cgid } => Some(cgid),
@@ -392,7 +392,7 @@ impl<'a> Scheduler<'a> {
     /// anything parked (bw_reset_slot), fill the pool, map the cgroup, start the
     /// period timer. Used for a new cgroup and for a changed limit alike (as the
     /// kernel does on a cpu.max write). The caller bumps the config generation.
-    fn activate(&mut self, slot: usize, cgid: u64, now: Instant) -> Result<()> {
+    pub(in crate::scheduler) fn activate(&mut self, slot: usize, cgid: u64, now: Instant) -> Result<()> {
         self.write_limits(slot);
         self.reset_slot(slot)?;
         let (q, b) = self.groups[slot].limits_ns(self.no_burst);
@@ -415,7 +415,7 @@ impl<'a> Scheduler<'a> {
 
     /// A period of `slot` starts `now` (activation, or a wake from idle), with
     /// bw_group.usage at `usage`: start and queue its timer, stamp the refill clock.
-    fn start_period(&mut self, slot: usize, usage: u64, now: Instant) {
+    pub(in crate::scheduler) fn start_period(&mut self, slot: usize, usage: u64, now: Instant) {
         let g = &mut self.groups[slot];
         g.book.start(usage, now);
         g.timer = Some(PeriodTimer::new(Duration::from_micros(g.cfg.period_us), now));
@@ -425,7 +425,7 @@ impl<'a> Scheduler<'a> {
     }
 
     /// bw_group.idle of `slot`, shared with BPF, as an atomic.
-    fn idle_flag(&mut self, slot: usize) -> &AtomicU32 {
+    pub(in crate::scheduler) fn idle_flag(&mut self, slot: usize) -> &AtomicU32 {
         let g = &mut self.bss().bw_groups[slot];
         // SAFETY: aligned u32 in the mmapped .bss; BPF clears it with a CAS.
         unsafe { AtomicU32::from_ptr(&raw mut g.idle) }
@@ -448,7 +448,7 @@ impl<'a> Scheduler<'a> {
 
     /// A CPU pulled from the pool of idle `slot` (BW_EV_WAKE, or seen by the poll):
     /// restart its period timer. BPF restarted the safety net's clock; take it over.
-    fn wake(&mut self, slot: usize, now: Instant) {
+    pub(in crate::scheduler) fn wake(&mut self, slot: usize, now: Instant) {
         let Some(g) = self.groups.get_mut(slot) else { return };
         if g.free || g.timer.is_none() || !g.idle {
             return;
@@ -459,7 +459,7 @@ impl<'a> Scheduler<'a> {
 
     /// Say so (as an error) when BPF had to cut task chains at BW_MAX_CHAIN limited
     /// groups: cpu.max written deeper than that is not enforced for those tasks.
-    fn report_deep_chains(&mut self) {
+    pub(in crate::scheduler) fn report_deep_chains(&mut self) {
         let deep = read_counter(&self.skel.maps.bw_stats, bpf_intf::bw_stat_idx_BW_STAT_DEEP);
         if deep > self.deep_seen {
             error!(
@@ -485,7 +485,7 @@ impl<'a> Scheduler<'a> {
     /// Stop enforcing `slot` (its cgroup is gone or no longer limited). Tasks'
     /// chains are invalidated before the parked ones are released, so none of
     /// them parks on the slot again.
-    fn deactivate(&mut self, slot: usize) -> Result<()> {
+    pub(in crate::scheduler) fn deactivate(&mut self, slot: usize) -> Result<()> {
         if let Some(cgid) = self.cgid_of(&self.groups[slot]) {
             self.unmap(cgid);
         }
@@ -499,7 +499,7 @@ impl<'a> Scheduler<'a> {
 
     /// cpu.max / cpu.max.burst of cgroup `cgid` as the kernel passed them (at
     /// attach, on creation, on each write). Unlimited ("max") gives the slot back.
-    fn on_cgroupfs_limit(&mut self, ev: &bpf_intf::bw_event, now: Instant) -> Result<()> {
+    pub(in crate::scheduler) fn on_cgroupfs_limit(&mut self, ev: &bpf_intf::bw_event, now: Instant) -> Result<()> {
         let cgid = ev.cgid;
         let slot = self.slot_of(cgid);
         if let Some(s) = slot {
@@ -556,7 +556,7 @@ impl<'a> Scheduler<'a> {
     }
 
     /// Fill in the paths of cgroupfs-limited groups (one walk for all of them).
-    fn resolve_paths(&mut self) {
+    pub(in crate::scheduler) fn resolve_paths(&mut self) {
         let ids: HashSet<u64> = self
             .groups
             .iter()
@@ -580,14 +580,14 @@ impl<'a> Scheduler<'a> {
     }
 
     /// Give `slot` back: stop enforcing it and let a new group take it.
-    fn release(&mut self, slot: usize) -> Result<()> {
+    pub(in crate::scheduler) fn release(&mut self, slot: usize) -> Result<()> {
         self.deactivate(slot)?;
         self.groups[slot].free = true;
         Ok(())
     }
 
     /// Put `g` in slot `s` from [`Self::free_slot`]: a freed one, or a new one at the end.
-    fn put_group(&mut self, s: usize, g: Group) {
+    pub(in crate::scheduler) fn put_group(&mut self, s: usize, g: Group) {
         if s == self.groups.len() {
             self.groups.push(g);
         } else {
@@ -596,7 +596,7 @@ impl<'a> Scheduler<'a> {
     }
 
     /// A slot for a new group: a freed one, or the next one.
-    fn free_slot(&self) -> Option<usize> {
+    pub(in crate::scheduler) fn free_slot(&self) -> Option<usize> {
         self.groups
             .iter()
             .position(|g| g.free)
@@ -604,7 +604,7 @@ impl<'a> Scheduler<'a> {
     }
 
     /// A cgroup that has a slot is being destroyed.
-    fn on_cgroup_exit(&mut self, cgid: u64) -> Result<()> {
+    pub(in crate::scheduler) fn on_cgroup_exit(&mut self, cgid: u64) -> Result<()> {
         if let Some(s) = self.slot_of(cgid) {
             if let Origin::Cgroupfs { .. } = self.groups[s].origin {
                 info!("cgroup {} (id {cgid}) removed", self.groups[s].cfg.cgroup);
@@ -626,7 +626,7 @@ impl<'a> Scheduler<'a> {
     /// nothing (the error names file, group and field, as at start); otherwise
     /// changed limits apply at once (pool refilled, as for a cpu.max write),
     /// new paths are watched and removed ones released.
-    fn reload(&mut self, now: Instant) -> Result<()> {
+    pub(in crate::scheduler) fn reload(&mut self, now: Instant) -> Result<()> {
         let Some(path) = self.config_path.clone() else {
             info!("SIGHUP: no --config to reload");
             return Ok(());
@@ -682,7 +682,7 @@ impl<'a> Scheduler<'a> {
         self.poll_cgroups(now)
     }
 
-    fn on_event(&mut self, ev: bpf_intf::bw_event) -> Result<()> {
+    pub(in crate::scheduler) fn on_event(&mut self, ev: bpf_intf::bw_event) -> Result<()> {
         let now = Instant::now();
         match ev.kind {
             bpf_intf::bw_event_kind_BW_EV_SLACK => self.on_slack(ev.slot as usize, now),
@@ -694,11 +694,11 @@ impl<'a> Scheduler<'a> {
         Ok(())
     }
 
-    fn unmap(&mut self, cgid: u64) {
+    pub(in crate::scheduler) fn unmap(&mut self, cgid: u64) {
         let _ = self.skel.maps.cgid_slot.delete(&cgid.to_ne_bytes());
     }
 
-    fn reset_slot(&mut self, slot: usize) -> Result<()> {
+    pub(in crate::scheduler) fn reset_slot(&mut self, slot: usize) -> Result<()> {
         let mut args = bpf_intf::bw_reset_args { slot: slot as u32, pad: 0 };
         run_syscall(&self.skel.progs.bw_reset_slot, &mut args).context("bw_reset_slot")?;
         Ok(())
@@ -780,7 +780,7 @@ impl<'a> Scheduler<'a> {
         Ok(())
     }
 
-    fn unthrottle(&mut self, slot: usize) -> Result<()> {
+    pub(in crate::scheduler) fn unthrottle(&mut self, slot: usize) -> Result<()> {
         let mut args = bpf_intf::bw_unthrottle_args { slot: slot as u32, pad: 0, nr_released: 0 };
         run_syscall(&self.skel.progs.bw_unthrottle, &mut args).context("bw_unthrottle")
     }
@@ -801,7 +801,7 @@ impl<'a> Scheduler<'a> {
     }
 
     /// Slack timer expiry: hand what is in the pool to the throttled group.
-    fn distribute_slack(&mut self, slot: usize) -> Result<()> {
+    pub(in crate::scheduler) fn distribute_slack(&mut self, slot: usize) -> Result<()> {
         self.groups[slot].slack_at = None;
         self.clear_slack_pending(slot);
         let pool = self.pool(slot).load(Ordering::Acquire);
@@ -820,7 +820,7 @@ impl<'a> Scheduler<'a> {
         self.lateness.push_back(late.as_micros() as u64);
     }
 
-    fn exited(&mut self) -> bool {
+    pub(in crate::scheduler) fn exited(&mut self) -> bool {
         uei_exited!(&self.skel, uei)
     }
 
@@ -895,7 +895,7 @@ impl<'a> Scheduler<'a> {
     }
 
     /// Queue the period timer of `slot` (after it was started or it expired).
-    fn arm(&mut self, slot: usize) {
+    pub(in crate::scheduler) fn arm(&mut self, slot: usize) {
         let g = &self.groups[slot];
         if let Some(t) = g.timer.as_ref().filter(|_| !g.idle && !g.free) {
             self.due.push(Due { at: t.deadline(), slot, slack: false });
@@ -1007,7 +1007,7 @@ impl<'a> Scheduler<'a> {
 /// root-only, then opened to `group` if given. The server thread asks the main
 /// loop for a snapshot per request. Without the socket the scheduler still runs
 /// (and says so).
-fn launch_stats_server(group: Option<u32>) -> Option<StatsLink> {
+pub(in crate::scheduler) fn launch_stats_server(group: Option<u32>) -> Option<StatsLink> {
     // SAFETY: umask is process-wide and this runs before any other thread
     // creates files; it makes the socket 0600 from the start.
     let old = unsafe { libc::umask(0o077) };
@@ -1039,7 +1039,7 @@ fn launch_stats_server(group: Option<u32>) -> Option<StatsLink> {
 }
 
 /// Start the thread that reads the events ring and forwards each event.
-fn spawn_event_reader(map: &libbpf_rs::Map) -> Result<EventReader> {
+pub(in crate::scheduler) fn spawn_event_reader(map: &libbpf_rs::Map) -> Result<EventReader> {
     let handle = libbpf_rs::MapHandle::try_from(map).context("events map")?;
     let (tx, events) = crossbeam::channel::unbounded();
     let stop = Arc::new(AtomicBool::new(false));
@@ -1088,17 +1088,17 @@ fn run_syscall<T>(prog: &libbpf_rs::ProgramMut, args: &mut T) -> Result<()> {
 }
 
 /// Sum the per-CPU global counters.
-fn read_counters(map: &libbpf_rs::Map) -> Vec<u64> {
+pub(in crate::scheduler) fn read_counters(map: &libbpf_rs::Map) -> Vec<u64> {
     (0..bpf_intf::bw_stat_idx_BW_NR_STATS).map(|idx| read_counter(map, idx)).collect()
 }
 
 /// One global counter (enum bw_stat_idx), summed over CPUs.
-fn read_counter(map: &libbpf_rs::Map, idx: u32) -> u64 {
+pub(in crate::scheduler) fn read_counter(map: &libbpf_rs::Map, idx: u32) -> u64 {
     read_percpu_field(map, idx, 0).iter().map(|&v| v as u64).sum()
 }
 
 /// The local runtime (ns) of group `slot` on each possible CPU (bw_cpus).
-fn read_local_runtimes(map: &libbpf_rs::Map, slot: usize) -> Vec<i64> {
+pub(in crate::scheduler) fn read_local_runtimes(map: &libbpf_rs::Map, slot: usize) -> Vec<i64> {
     read_percpu_field(map, slot as u32, std::mem::offset_of!(bpf_intf::bw_cpu, runtime))
 }
 
@@ -1118,7 +1118,7 @@ fn read_percpu_field(map: &libbpf_rs::Map, key: u32, at: usize) -> Vec<i64> {
 
 /// Put the agent thread in SCHED_FIFO (`on`) so its period timer never waits behind
 /// workload tasks, or back to SCHED_OTHER. Returns whether the change took effect.
-fn set_realtime(on: bool) -> bool {
+pub(in crate::scheduler) fn set_realtime(on: bool) -> bool {
     let (policy, prio) = if on { (libc::SCHED_FIFO, 1) } else { (libc::SCHED_OTHER, 0) };
     let param = libc::sched_param { sched_priority: prio };
     // SAFETY: plain syscall on this thread with a valid parameter.
