@@ -20,10 +20,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use crossbeam::channel::{Receiver, Sender};
+use crossbeam::channel::Receiver;
 use libbpf_rs::{MapCore, MapFlags, OpenObject, ProgramInput};
 use log::{error, info, warn};
-use scx_stats::prelude::*;
 use scx_utils::{scx_ops_attach, scx_ops_load, scx_ops_open, uei_exited, uei_report, UserExitInfo};
 
 use crate::bpf_intf;
@@ -32,13 +31,15 @@ use crate::cgroups::{self, CgroupChange, CgroupWatch};
 use crate::config::{self, Config, GroupConfig};
 use crate::opts::Opts;
 use crate::pools::{self, Due, PeriodTimer, TimerQueue};
-use crate::stats::{self, GroupMetrics, Metrics};
+use crate::stats;
 
 mod events;
 mod groups;
+mod metrics;
 
 use events::{spawn_event_reader, EventReader};
 pub use groups::{Group, Origin};
+use metrics::{launch_stats_server, StatsLink};
 
 /// How often configured cgroup paths are checked for appearing/vanishing.
 const CGROUP_POLL: Duration = Duration::from_millis(200);
@@ -55,13 +56,6 @@ const UNRESOLVED: &str = "id:";
 
 /// Refills whose timer lateness is kept for the p99 statistic.
 const LATENESS_SAMPLES: usize = 1024;
-
-/// The stats server and the main loop's end of its request channel.
-pub(in crate::scheduler) struct StatsLink {
-    _server: StatsServer<(), Metrics>,
-    pub(in crate::scheduler) res: Sender<Metrics>,
-    pub(in crate::scheduler) req: Receiver<()>,
-}
 
 pub struct Scheduler<'a> {
     skel: BpfSkel<'a>,
@@ -779,101 +773,6 @@ impl<'a> Scheduler<'a> {
             set_realtime(true);
         }
         res
-    }
-
-    /// A snapshot of every statistic (see stats.rs).
-    pub fn metrics(&mut self) -> Metrics {
-        self.resolve_paths();
-        let mut m = Metrics { at_us: stats::monotonic_us(), ..Default::default() };
-        stats::counters_into(&mut m, &read_counters(&self.skel.maps.bw_stats));
-        m.refills = self.refills;
-        m.active_groups = self.groups.iter().filter(|g| !g.free && g.timer.is_some()).count() as u64;
-        m.idle_groups = self.groups.iter().filter(|g| !g.free && g.timer.is_some() && g.idle).count() as u64;
-        m.slack_distributions = self.slack_distributions;
-        let mut late: Vec<u64> = self.lateness.iter().copied().collect();
-        late.sort_unstable();
-        m.timer_late_p99_us = late.get((late.len() * 99).div_ceil(100).saturating_sub(1)).copied().unwrap_or(0);
-
-        let bss = self.skel.maps.bss_data.as_ref().unwrap();
-        for (slot, g) in self.groups.iter().enumerate() {
-            if g.free {
-                continue;
-            }
-            // SAFETY: a volatile copy of a plain-old-data struct BPF updates.
-            let b = unsafe { std::ptr::read_volatile(&bss.bw_groups[slot]) };
-            let us = |ns: u64| ns / NSEC_PER_USEC;
-            m.groups.push(GroupMetrics {
-                cgroup: g.cfg.cgroup.clone(),
-                state: if g.timer.is_some() { "enforced" } else { "absent" }.into(),
-                source: match g.origin {
-                    Origin::Config => "config",
-                    Origin::Cgroupfs { .. } => "cpu.max",
-                }
-                .into(),
-                quota_us: g.cfg.quota_us,
-                period_us: g.cfg.period_us,
-                burst_us: if self.no_burst { 0 } else { g.cfg.burst_us },
-                usage_usec: us(b.usage),
-                nr_periods: g.nr_periods,
-                nr_throttled: g.nr_throttled,
-                throttled_usec: us(b.throttled_time),
-                nr_bursts: g.book.nr_bursts,
-                burst_usec: us(g.book.burst_ns),
-                used_nr_bursts: g.book.used_nr_bursts,
-                used_burst_usec: us(g.book.used_burst_ns),
-                slack_returned_usec: us(b.slack_returned),
-                nr_slack_returns: b.nr_slack_returns,
-                pool_usec: b.runtime / NSEC_PER_USEC as i64,
-                local_usec: read_local_runtimes(&self.skel.maps.bw_cpus, slot)
-                    .into_iter()
-                    .map(|ns| ns / NSEC_PER_USEC as i64)
-                    .collect(),
-                nr_parked: b.nr_parked,
-                nr_safety_refills: b.nr_safety_refills,
-                throttled_discard_usec: us(g.discarded_ns),
-                wait_p50_us: stats::hist_percentile(&b.wait_hist, 0.50),
-                wait_p99_us: stats::hist_percentile(&b.wait_hist, 0.99),
-                wait_max_us: us(b.wait_max_ns),
-                wait_hist: b.wait_hist.to_vec(),
-                history_usec: g.book.history.iter().map(|&ns| us(ns)).collect(),
-            });
-        }
-        m
-    }
-}
-
-/// Serve [`Metrics`] on the scx_stats socket ([`stats::SOCKET`]), created
-/// root-only, then opened to `group` if given. The server thread asks the main
-/// loop for a snapshot per request. Without the socket the scheduler still runs
-/// (and says so).
-pub(in crate::scheduler) fn launch_stats_server(group: Option<u32>) -> Option<StatsLink> {
-    // SAFETY: umask is process-wide and this runs before any other thread
-    // creates files; it makes the socket 0600 from the start.
-    let old = unsafe { libc::umask(0o077) };
-    let launched = StatsServer::<(), Metrics>::new(stats::server_data().add_stats(
-        "top",
-        Box::new(move |_args, (req, res): (&Sender<()>, &Receiver<Metrics>)| {
-            req.send(())?;
-            res.recv()?.to_json()
-        }),
-    ))
-    .launch();
-    unsafe { libc::umask(old) };
-    match launched {
-        Ok(server) => {
-            if let Some(gid) = group {
-                match stats::open_socket_to(std::path::Path::new(stats::SOCKET), gid) {
-                    Ok(()) => info!("stats socket {} readable by group {gid}", stats::SOCKET),
-                    Err(e) => error!("--stats-group {gid}: {e:#}; the stats socket stays root-only"),
-                }
-            }
-            let (res, req) = server.channels();
-            Some(StatsLink { _server: server, res, req })
-        }
-        Err(e) => {
-            warn!("stats socket unavailable ({e:#}); --monitor will not work");
-            None
-        }
     }
 }
 
