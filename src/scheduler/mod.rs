@@ -27,7 +27,7 @@ use scx_utils::{scx_ops_attach, scx_ops_load, scx_ops_open, uei_exited, uei_repo
 
 use crate::bpf_intf;
 use crate::bpf_skel::*;
-use crate::cgroups::{self, CgroupChange, CgroupWatch};
+use crate::cgroups::{self, CgroupChange};
 use crate::config::{self, Config, GroupConfig};
 use crate::opts::Opts;
 use crate::pools::{self, Due, PeriodTimer, TimerQueue};
@@ -36,6 +36,7 @@ use crate::stats;
 mod events;
 mod groups;
 mod metrics;
+mod reload;
 
 use events::{spawn_event_reader, EventReader};
 pub use groups::{Group, Origin};
@@ -484,74 +485,6 @@ impl<'a> Scheduler<'a> {
             }
         }
         Ok(())
-    }
-
-    /// The configuration file's groups in force now (the last good reload's, or the
-    /// start's): what a restart must bring back.
-    pub fn config_in_force(&self) -> Config {
-        Config {
-            groups: self.groups.iter().filter(|g| g.origin == Origin::Config && !g.free).map(|g| g.cfg.clone()).collect(),
-        }
-    }
-
-    /// SIGHUP: read the configuration again. A file that does not validate changes
-    /// nothing (the error names file, group and field, as at start); otherwise
-    /// changed limits apply at once (pool refilled, as for a cpu.max write),
-    /// new paths are watched and removed ones released.
-    pub(in crate::scheduler) fn reload(&mut self, now: Instant) -> Result<()> {
-        let Some(path) = self.config_path.clone() else {
-            info!("SIGHUP: no --config to reload");
-            return Ok(());
-        };
-        let new = match config::load(&path) {
-            Ok(c) => c,
-            Err(e) => {
-                error!("reload: {e}; the current configuration stays in force");
-                return Ok(());
-            }
-        };
-        let configured: Vec<usize> =
-            (0..self.groups.len()).filter(|&s| self.groups[s].origin == Origin::Config && !self.groups[s].free).collect();
-        let added = new.groups.iter().filter(|n| !configured.iter().any(|&s| self.groups[s].cfg.cgroup == n.cgroup)).count();
-        let free = self.groups.iter().filter(|g| g.free).count() + (config::MAX_GROUPS - self.groups.len());
-        if added > free {
-            error!("reload: {}: {added} new groups but only {free} free slots; the current configuration stays in force", path.display());
-            return Ok(());
-        }
-        let (mut changed, mut removed) = (0, 0);
-        for s in configured {
-            let cg = self.groups[s].cfg.cgroup.clone();
-            match new.groups.iter().find(|n| n.cgroup == cg) {
-                Some(n) if *n == self.groups[s].cfg => {}
-                Some(n) => {
-                    self.groups[s].cfg = n.clone();
-                    if let Some(cgid) = self.groups[s].watch.cgid.filter(|_| self.groups[s].timer.is_some()) {
-                        self.activate(s, cgid, now)?;
-                    } else {
-                        self.write_limits(s);
-                    }
-                    changed += 1;
-                }
-                None => {
-                    self.release(s)?;
-                    self.groups[s].watch = CgroupWatch::default();
-                    removed += 1;
-                }
-            }
-        }
-        for n in &new.groups {
-            let exists = self.groups.iter().any(|g| g.origin == Origin::Config && !g.free && g.cfg.cgroup == n.cgroup);
-            if exists {
-                continue;
-            }
-            let s = self.free_slot().expect("free slots were counted above");
-            self.put_group(s, Group::new(n.clone(), Origin::Config));
-            self.write_limits(s);
-        }
-        self.bump_cfg_gen();
-        info!("reloaded {}: {changed} changed, {added} added, {removed} removed", path.display());
-        // New paths are picked up (and cpu.max precedence settled) by the poll.
-        self.poll_cgroups(now)
     }
 
     pub(in crate::scheduler) fn unmap(&mut self, cgid: u64) {
