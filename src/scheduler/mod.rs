@@ -15,40 +15,36 @@
 use std::collections::VecDeque;
 use std::mem::MaybeUninit;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use crossbeam::channel::Receiver;
 use libbpf_rs::{MapCore, MapFlags, OpenObject, ProgramInput};
 use log::{info, warn};
-use scx_utils::{scx_ops_attach, scx_ops_load, scx_ops_open, uei_exited, uei_report, UserExitInfo};
+use scx_utils::{scx_ops_attach, scx_ops_load, scx_ops_open, uei_exited};
 
 use crate::bpf_intf;
 use crate::bpf_skel::*;
 use crate::config::Config;
 use crate::opts::Opts;
-use crate::pools::{self, Due, PeriodTimer, TimerQueue};
+use crate::pools::{PeriodTimer, TimerQueue};
 use crate::stats;
 
 mod cgroup_watch;
 mod events;
 mod groups;
 mod metrics;
+mod period;
 mod reload;
 
 use events::{spawn_event_reader, EventReader};
 pub use groups::{Group, Origin};
 use metrics::{launch_stats_server, StatsLink};
+use period::set_realtime;
 
-/// How often configured cgroup paths are checked for appearing/vanishing.
-const CGROUP_POLL: Duration = Duration::from_millis(200);
 /// A poll walks the configured paths only when cgroups were created or removed
 /// since the last walk (bw_cgroup_seq), and at least this often (renames).
 const CGROUP_WALK_MAX: Duration = Duration::from_secs(5);
-/// How much later than due a cgroup poll may run to share a wakeup with a timer.
-const POLL_SLACK: Duration = Duration::from_millis(50);
 
 const NSEC_PER_USEC: u64 = 1_000;
 
@@ -223,57 +219,11 @@ impl<'a> Scheduler<'a> {
         g.burst = cfg.burst_us * NSEC_PER_USEC;
     }
 
-    /// A period of `slot` starts `now` (activation, or a wake from idle), with
-    /// bw_group.usage at `usage`: start and queue its timer, stamp the refill clock.
-    pub(in crate::scheduler) fn start_period(&mut self, slot: usize, usage: u64, now: Instant) {
-        let g = &mut self.groups[slot];
-        g.book.start(usage, now);
-        g.timer = Some(PeriodTimer::new(Duration::from_micros(g.cfg.period_us), now));
-        g.idle = false;
-        self.arm(slot);
-        self.stamp_refill(slot);
-    }
-
     /// bw_group.idle of `slot`, shared with BPF, as an atomic.
     pub(in crate::scheduler) fn idle_flag(&mut self, slot: usize) -> &AtomicU32 {
         let g = &mut self.bss().bw_groups[slot];
         // SAFETY: aligned u32 in the mmapped .bss; BPF clears it with a CAS.
         unsafe { AtomicU32::from_ptr(&raw mut g.idle) }
-    }
-
-    /// Stop the period timer of `slot`, which used nothing in the period that just
-    /// ended and whose pool is full (`cap`), as the kernel deactivates an idle
-    /// group's timer: an idle group costs the agent nothing until it runs again.
-    fn go_idle(&mut self, slot: usize, cap: i64) {
-        self.idle_flag(slot).store(1, Ordering::SeqCst);
-        // A CPU that pulled before the flag was visible did not wake us: stay active.
-        if self.pool(slot).load(Ordering::SeqCst) != cap
-            && self.idle_flag(slot).compare_exchange(1, 0, Ordering::SeqCst, Ordering::SeqCst).is_ok()
-        {
-            return;
-        }
-        // Otherwise idle, or a CPU already cleared the flag and a wake event follows.
-        self.groups[slot].idle = true;
-    }
-
-    /// A CPU pulled from the pool of idle `slot` (BW_EV_WAKE, or seen by the poll):
-    /// restart its period timer. BPF restarted the safety net's clock; take it over.
-    pub(in crate::scheduler) fn wake(&mut self, slot: usize, now: Instant) {
-        let Some(g) = self.groups.get_mut(slot) else { return };
-        if g.free || g.timer.is_none() || !g.idle {
-            return;
-        }
-        let usage = self.bss().bw_groups[slot].usage;
-        self.start_period(slot, usage, now);
-    }
-
-    /// Wakes the ring could not carry (it was full): idle groups whose flag a CPU cleared.
-    fn wake_missed(&mut self, now: Instant) {
-        for slot in 0..self.groups.len() {
-            if self.groups[slot].idle && self.idle_flag(slot).load(Ordering::Acquire) == 0 {
-                self.wake(slot, now);
-            }
-        }
     }
 
     pub(in crate::scheduler) fn unmap(&mut self, cgid: u64) {
@@ -286,215 +236,13 @@ impl<'a> Scheduler<'a> {
         Ok(())
     }
 
-    /// Period timer expiry for `slot`: count the periods, refill the pool
-    /// once and release the group's parked tasks.
-    fn refill(&mut self, slot: usize, overrun: u64) -> Result<()> {
-        let (throttled, parked, usage, short_throttled) = {
-            let g = &self.bss().bw_groups[slot];
-            // SAFETY: plain reads of fields BPF updates concurrently.
-            unsafe {
-                (
-                    std::ptr::read_volatile(&g.throttled),
-                    std::ptr::read_volatile(&g.nr_parked),
-                    std::ptr::read_volatile(&g.usage),
-                    std::ptr::read_volatile(&g.nr_short_throttled),
-                )
-            }
-        };
-        let (q, b) = self.groups[slot].limits_ns(self.no_burst);
-        // The safety net, or a short period's BPF timer, refilled since our last
-        // refill: that was this period's refill.
-        let stamp = self.refill_stamp(slot);
-        let bpf_refilled = stamp > self.groups[slot].agent_refilled_ns;
-        let (left, refilled) = if bpf_refilled {
-            let cur = self.pool(slot).load(Ordering::Acquire);
-            (cur, cur)
-        } else {
-            pools::refill_shared(self.pool(slot), q, b)
-        };
-        // A short period whose BPF timer refills it on its grid (it did within the
-        // last `stride` periods, the span the agent now sleeps): the agent only
-        // books, every `stride` periods, and leaves refilled_at to BPF (a stamp of
-        // ours could fall between a grid point and the timer's run and make it
-        // skip that refill). If BPF stopped refilling, the agent refills every
-        // period again.
-        let period = Duration::from_micros(self.groups[slot].cfg.period_us);
-        let short = Duration::from_nanos(bpf_intf::bw_consts_BW_SHORT_PERIOD_NS as u64);
-        let stride = pools::short_period_stride(period, short);
-        let window = period.as_nanos() as u64 * u64::from(stride);
-        let bpf_timed = stride > 1 && bpf_refilled && stats::monotonic_ns().saturating_sub(stamp) < window;
-        if !bpf_timed {
-            self.stamp_refill(slot);
-        }
-
-        let g = &mut self.groups[slot];
-        g.nr_periods += overrun;
-        if throttled != 0 && !bpf_refilled {
-            g.discarded_ns += pools::discarded(left, refilled, q);
-        }
-        // BPF counted the grid points at which such a group was throttled.
-        let short_throttled_periods = short_throttled.saturating_sub(g.seen_short_throttled);
-        g.seen_short_throttled = short_throttled;
-        if bpf_timed {
-            g.nr_throttled += short_throttled_periods.min(overrun);
-        } else if throttled != 0 {
-            g.nr_throttled += overrun;
-        }
-        if let Some(t) = g.timer.as_mut() {
-            t.set_every(if bpf_timed { stride } else { 1 });
-        }
-        let unused = usage == g.book.usage_at_refill;
-        // The pool-based burst figure needs the pool right after our last refill; BPF
-        // refilled it since, every period: not counted for such a group.
-        let left = if bpf_timed { g.book.snap } else { left };
-        g.close_period(left, refilled, usage, overrun, Instant::now());
-        // The refill distributes whatever slack was waiting.
-        g.slack_at = None;
-        let release = throttled != 0 || parked != g.seen_parked;
-        g.seen_parked = parked;
-        self.refills += 1;
-        self.clear_slack_pending(slot);
-        if release {
-            self.unthrottle(slot)?;
-        } else if unused && refilled == pools::refill(0, q, b) {
-            self.go_idle(slot, refilled);
-        }
-        Ok(())
-    }
-
     pub(in crate::scheduler) fn unthrottle(&mut self, slot: usize) -> Result<()> {
         let mut args = bpf_intf::bw_unthrottle_args { slot: slot as u32, pad: 0, nr_released: 0 };
         run_syscall(&self.skel.progs.bw_unthrottle, &mut args).context("bw_unthrottle")
     }
 
-    /// Record how late a period timer fired.
-    fn note_lateness(&mut self, late: Duration) {
-        if self.lateness.len() == LATENESS_SAMPLES {
-            self.lateness.pop_front();
-        }
-        self.lateness.push_back(late.as_micros() as u64);
-    }
-
     pub(in crate::scheduler) fn exited(&mut self) -> bool {
         uei_exited!(&self.skel, uei)
-    }
-
-    /// The agent's event loop until shutdown or a scheduler exit.
-    pub fn run(&mut self, shutdown: Arc<AtomicBool>, wakeup: &Receiver<()>, reload: &AtomicBool) -> Result<UserExitInfo> {
-        let start = Instant::now();
-        let mut next_poll = start + CGROUP_POLL;
-        let mut next_stats = self.stats_every.map(|d| start + d);
-        let mut prev_report = self.metrics();
-
-        while !shutdown.load(Ordering::Relaxed) && !self.exited() {
-            let now = Instant::now();
-            self.run_timers(now)?;
-            // The cgroup poll (a stat() per configured group when cgroups changed) is
-            // done at once. The stats report is housekeeping (see below).
-            if reload.swap(false, Ordering::Relaxed) {
-                self.reload(now)?;
-            }
-            if now >= next_poll {
-                self.wake_missed(now);
-                self.report_deep_chains();
-                self.poll_cgroups(now)?;
-                next_poll = now + CGROUP_POLL;
-            }
-            if matches!(next_stats, Some(at) if now >= at) {
-                self.housekeeping(|s| {
-                    if let (Some(at), Some(every)) = (next_stats, s.stats_every) {
-                        let m = s.metrics();
-                        m.format(&prev_report, &mut std::io::stdout())?;
-                        prev_report = m;
-                        next_stats = Some(at + every);
-                    }
-                    Ok(())
-                })?;
-            }
-
-            // Every deadline is in the heap. The cgroup poll is not exact: it rides
-            // along with a timer due up to POLL_SLACK after it, so the agent wakes
-            // less often; it still bounds the sleep, so a scheduler exit is noticed
-            // within CGROUP_POLL + POLL_SLACK.
-            let mut wake = next_stats.unwrap_or(next_poll + CGROUP_POLL).min(self.next_due(now));
-            if wake > next_poll + POLL_SLACK {
-                wake = next_poll;
-            }
-            let timeout = wake.saturating_duration_since(Instant::now());
-            let events_rx = self.events.as_ref().map(|r| r.events.clone()).unwrap_or_else(crossbeam::channel::never);
-            let req_rx = self.stats.as_ref().map(|l| l.req.clone()).unwrap_or_else(crossbeam::channel::never);
-            crossbeam::select! {
-                recv(events_rx) -> ev => {
-                    if let Ok(ev) = ev {
-                        self.on_event(ev)?;
-                    }
-                }
-                recv(req_rx) -> req => {
-                    if req.is_ok() {
-                        self.housekeeping(|s| {
-                            let m = s.metrics();
-                            if let Some(link) = &s.stats {
-                                let _ = link.res.send(m);
-                            }
-                            Ok(())
-                        })?;
-                    }
-                }
-                recv(wakeup) -> _ => {}
-                default(timeout) => {}
-            }
-        }
-
-        self.struct_ops.take();
-        uei_report!(&self.skel, uei)
-    }
-
-    /// Queue the period timer of `slot` (after it was started or it expired).
-    pub(in crate::scheduler) fn arm(&mut self, slot: usize) {
-        let g = &self.groups[slot];
-        if let Some(t) = g.timer.as_ref().filter(|_| !g.idle && !g.free) {
-            self.due.push(Due { at: t.deadline(), slot, slack: false });
-        }
-    }
-
-    /// Expire the period and slack timers due at `now`.
-    fn run_timers(&mut self, now: Instant) -> Result<()> {
-        while let Some(d) = self.due.pop_due(now) {
-            let Some(g) = self.groups.get_mut(d.slot) else { continue };
-            if d.slack {
-                if g.slack_at == Some(d.at) {
-                    self.distribute_slack(d.slot)?;
-                }
-                continue;
-            }
-            let live = !g.idle && !g.free && g.timer.as_ref().is_some_and(|t| t.deadline() == d.at);
-            let expired = g.timer.as_mut().filter(|_| live).and_then(|t| t.expire(now).map(|n| (n, t.lateness(now))));
-            if let Some((overrun, late)) = expired {
-                self.note_lateness(late);
-                self.refill(d.slot, overrun)?;
-                self.arm(d.slot);
-            }
-        }
-        Ok(())
-    }
-
-    /// When the next timer is due (a stale entry only makes the agent wake early once).
-    fn next_due(&self, now: Instant) -> Instant {
-        self.due.next().unwrap_or(now + CGROUP_WALK_MAX)
-    }
-
-    /// Run `f` at normal priority: formatting and serving statistics is not
-    /// time-critical, so it never preempts the tasks we limit (the agent is
-    /// SCHED_FIFO for its timers and the cgroup poll).
-    fn housekeeping(&mut self, f: impl FnOnce(&mut Self) -> Result<()>) -> Result<()> {
-        if self.realtime {
-            set_realtime(false);
-        }
-        let res = f(self);
-        if self.realtime {
-            set_realtime(true);
-        }
-        res
     }
 }
 
@@ -538,20 +286,4 @@ fn read_percpu_field(map: &libbpf_rs::Map, key: u32, at: usize) -> Vec<i64> {
                 .collect()
         })
         .unwrap_or_default()
-}
-
-/// Put the agent thread in SCHED_FIFO (`on`) so its period timer never waits behind
-/// workload tasks, or back to SCHED_OTHER. Returns whether the change took effect.
-pub(in crate::scheduler) fn set_realtime(on: bool) -> bool {
-    let (policy, prio) = if on { (libc::SCHED_FIFO, 1) } else { (libc::SCHED_OTHER, 0) };
-    let param = libc::sched_param { sched_priority: prio };
-    // SAFETY: plain syscall on this thread with a valid parameter.
-    let ret = unsafe { libc::sched_setscheduler(0, policy, &param) };
-    if ret != 0 && on {
-        warn!(
-            "cannot make the agent SCHED_FIFO ({}); its period timer may run late under load",
-            std::io::Error::last_os_error()
-        );
-    }
-    ret == 0
 }
