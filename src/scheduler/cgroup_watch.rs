@@ -6,7 +6,8 @@ use anyhow::{Context, Result};
 use libbpf_rs::{MapCore, MapFlags};
 use log::{error, info, warn};
 
-use super::{read_counter, Group, Origin, Scheduler, CGROUP_WALK_MAX};
+use super::loader::read_counter;
+use super::{Group, Origin, Scheduler, CGROUP_WALK_MAX};
 use crate::bpf_intf;
 use crate::cgroups::{self, CgroupChange};
 use crate::config::{self, GroupConfig};

@@ -2,7 +2,8 @@ use crossbeam::channel::{Receiver, Sender};
 use log::{error, info, warn};
 use scx_stats::prelude::*;
 
-use super::{read_counters, read_local_runtimes, Origin, Scheduler, NSEC_PER_USEC};
+use super::loader::{read_counters, read_local_runtimes};
+use super::{Origin, Scheduler, NSEC_PER_USEC};
 use crate::stats::{self, GroupMetrics, Metrics};
 
 /// The stats server and the main loop's end of its request channel.

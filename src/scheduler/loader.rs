@@ -1,0 +1,230 @@
+use std::collections::VecDeque;
+use std::mem::MaybeUninit;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use libbpf_rs::{MapCore, MapFlags, OpenObject, ProgramInput};
+use log::{info, warn};
+use scx_utils::{scx_ops_attach, scx_ops_load, scx_ops_open, uei_exited};
+
+use super::events::spawn_event_reader;
+use super::metrics::launch_stats_server;
+use super::period::set_realtime;
+use super::{Group, Origin, Scheduler, LATENESS_SAMPLES, NSEC_PER_USEC};
+use crate::bpf_intf;
+use crate::bpf_skel::*;
+use crate::config::Config;
+use crate::opts::Opts;
+use crate::pools::{PeriodTimer, TimerQueue};
+use crate::stats;
+
+impl<'a> Scheduler<'a> {
+    pub fn init(
+        opts: &Opts,
+        config: &Config,
+        root: PathBuf,
+        open_object: &'a mut MaybeUninit<OpenObject>,
+    ) -> Result<Self> {
+        let mut builder = BpfSkelBuilder::default();
+        builder.obj_builder.debug(opts.verbose > 1);
+        let open_opts: Option<libbpf_rs::libbpf_sys::bpf_object_open_opts> = None;
+        let mut skel = scx_ops_open!(builder, open_object, bandwidth_ops, open_opts)?;
+
+        skel.struct_ops.bandwidth_ops_mut().exit_dump_len = opts.exit_dump_len;
+        let rodata = skel.maps.rodata_data.as_mut().unwrap();
+        rodata.bw_slice_ns = opts.slice_us * NSEC_PER_USEC;
+        rodata.task_slice_ns = opts.task_slice_us * NSEC_PER_USEC;
+        rodata.nr_cpu_ids = *scx_utils::NR_CPU_IDS as u32;
+        rodata.agent_tgid = std::process::id() as i32;
+        rodata.bw_slack_return = !opts.no_slack_return;
+        rodata.bw_kernel_credit_on = !opts.park_in_kernel;
+        rodata.bw_init_task_ctx = !opts.test_defer_task_ctx;
+
+        // scx_ops_open! cleared the op if the kernel lacks it (and warned).
+        let cgroupfs_limits = !skel.struct_ops.bandwidth_ops().cgroup_set_bandwidth.is_null();
+        if !cgroupfs_limits {
+            warn!("this kernel has no ops.cgroup_set_bandwidth: cpu.max and cpu.max.burst are not honoured, only the configuration's limits");
+        }
+        let skel = scx_ops_load!(skel, bandwidth_ops, uei)?;
+
+        let groups = config.groups.iter().map(|cfg| Group::new(cfg.clone(), Origin::Config)).collect();
+        let mut sched = Self {
+            skel,
+            struct_ops: None,
+            root,
+            groups,
+            stats_every: opts.stats.map(Duration::from_secs_f64),
+            no_burst: opts.no_burst,
+            realtime: false,
+            refills: 0,
+            slack_distributions: 0,
+            lateness: VecDeque::with_capacity(LATENESS_SAMPLES),
+            due: TimerQueue::default(),
+            walked: None,
+            deep_seen: 0,
+            stats: None,
+            events: None,
+            config_path: opts.config.clone(),
+        };
+        // Helper threads start before the agent turns SCHED_FIFO: they inherit
+        // the policy, and neither is time-critical.
+        sched.events = Some(spawn_event_reader(&sched.skel.maps.events)?);
+        sched.stats = launch_stats_server(opts.stats_group);
+        for slot in 0..sched.groups.len() {
+            sched.write_limits(slot);
+        }
+        // Apply limits of cgroups that exist before tasks are scheduled by us.
+        sched.poll_cgroups(Instant::now())?;
+
+        sched.realtime = !opts.no_realtime && set_realtime(true);
+        sched.struct_ops = Some(scx_ops_attach!(sched.skel, bandwidth_ops)?);
+        // Attaching takes a while (every task is switched over); periods start now,
+        // so the first refills are not counted as late.
+        let now = Instant::now();
+        for g in &mut sched.groups {
+            if let Some(t) = &mut g.timer {
+                *t = PeriodTimer::new(t.period(), now);
+                g.book.refilled_at = Some(now);
+            }
+        }
+        sched.due.clear();
+        for slot in 0..sched.groups.len() {
+            sched.arm(slot);
+        }
+        info!(
+            "scx_bandwidth attached: {} configured group(s), slice {} us, cgroups' cpu.max {}",
+            sched.groups.len(),
+            opts.slice_us,
+            if cgroupfs_limits { "honoured" } else { "not available" }
+        );
+        Ok(sched)
+    }
+
+    pub(in crate::scheduler) fn bss(&mut self) -> &mut types::bss {
+        self.skel.maps.bss_data.as_mut().unwrap()
+    }
+
+    pub(in crate::scheduler) fn bump_cfg_gen(&mut self) {
+        let data = self.skel.maps.data_data.as_mut().unwrap();
+        let gen = &raw mut data.bw_cfg_gen;
+        // SAFETY: bw_cfg_gen is a naturally aligned u64 in the mmapped .data.
+        unsafe { std::sync::atomic::AtomicU64::from_ptr(gen) }.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Raise bw_nr_slots (the end of BPF's loops over the groups) to cover
+    /// `slot`, before the slot is mapped.
+    pub(in crate::scheduler) fn cover_slot(&mut self, slot: usize) {
+        let bss = self.bss();
+        let n = &raw mut bss.bw_nr_slots;
+        // SAFETY: aligned u32 in the mmapped .bss; only the agent writes it.
+        unsafe { AtomicU32::from_ptr(n) }.fetch_max(slot as u32 + 1, Ordering::Release);
+    }
+
+    pub(in crate::scheduler) fn clear_slack_pending(&mut self, slot: usize) {
+        let g = &mut self.bss().bw_groups[slot];
+        // SAFETY: aligned u32 in the mmapped .bss; BPF sets it with a CAS.
+        unsafe { AtomicU32::from_ptr(&raw mut g.slack_pending) }.store(0, Ordering::Release);
+    }
+
+    /// Record a refill of `slot` now in bw_group.refilled_at (the safety net's clock).
+    pub(in crate::scheduler) fn stamp_refill(&mut self, slot: usize) {
+        let now = stats::monotonic_ns();
+        let g = &mut self.bss().bw_groups[slot];
+        // SAFETY: aligned u64 in the mmapped .bss; BPF updates it with a CAS.
+        unsafe { AtomicU64::from_ptr(&raw mut g.refilled_at) }.store(now, Ordering::Release);
+        self.groups[slot].agent_refilled_ns = now;
+    }
+
+    /// bw_group.refilled_at as BPF sees it.
+    pub(in crate::scheduler) fn refill_stamp(&mut self, slot: usize) -> u64 {
+        let g = &mut self.bss().bw_groups[slot];
+        // SAFETY: as in stamp_refill.
+        unsafe { AtomicU64::from_ptr(&raw mut g.refilled_at) }.load(Ordering::Acquire)
+    }
+
+    /// The pool of `slot`, shared with BPF, as an atomic.
+    pub(in crate::scheduler) fn pool(&mut self, slot: usize) -> &AtomicI64 {
+        let g = &mut self.bss().bw_groups[slot];
+        // SAFETY: bw_group.runtime is an aligned i64 in the mmapped .bss that
+        // lives as long as the skeleton; all concurrent access is atomic.
+        unsafe { AtomicI64::from_ptr(&raw mut g.runtime) }
+    }
+
+    pub(in crate::scheduler) fn write_limits(&mut self, slot: usize) {
+        let cfg = self.groups[slot].cfg.clone();
+        let g = &mut self.bss().bw_groups[slot];
+        g.quota = cfg.quota_us * NSEC_PER_USEC;
+        g.period = cfg.period_us * NSEC_PER_USEC;
+        g.burst = cfg.burst_us * NSEC_PER_USEC;
+    }
+
+    /// bw_group.idle of `slot`, shared with BPF, as an atomic.
+    pub(in crate::scheduler) fn idle_flag(&mut self, slot: usize) -> &AtomicU32 {
+        let g = &mut self.bss().bw_groups[slot];
+        // SAFETY: aligned u32 in the mmapped .bss; BPF clears it with a CAS.
+        unsafe { AtomicU32::from_ptr(&raw mut g.idle) }
+    }
+
+    pub(in crate::scheduler) fn unmap(&mut self, cgid: u64) {
+        let _ = self.skel.maps.cgid_slot.delete(&cgid.to_ne_bytes());
+    }
+
+    pub(in crate::scheduler) fn reset_slot(&mut self, slot: usize) -> Result<()> {
+        let mut args = bpf_intf::bw_reset_args { slot: slot as u32, pad: 0 };
+        run_syscall(&self.skel.progs.bw_reset_slot, &mut args).context("bw_reset_slot")?;
+        Ok(())
+    }
+
+    pub(in crate::scheduler) fn unthrottle(&mut self, slot: usize) -> Result<()> {
+        let mut args = bpf_intf::bw_unthrottle_args { slot: slot as u32, pad: 0, nr_released: 0 };
+        run_syscall(&self.skel.progs.bw_unthrottle, &mut args).context("bw_unthrottle")
+    }
+
+    pub(in crate::scheduler) fn exited(&mut self) -> bool {
+        uei_exited!(&self.skel, uei)
+    }
+}
+
+/// Run one of the BPF `SEC("syscall")` programs with `args` as its context
+/// (the kernel copies the context back, so outputs land in `args`).
+fn run_syscall<T>(prog: &libbpf_rs::ProgramMut, args: &mut T) -> Result<()> {
+    // SAFETY: T is a repr(C) bindgen struct; the slice covers exactly it.
+    let ctx = unsafe { std::slice::from_raw_parts_mut(args as *mut T as *mut u8, std::mem::size_of::<T>()) };
+    let out = prog.test_run(ProgramInput { context_in: Some(ctx), ..Default::default() })?;
+    let ret = out.return_value as i32;
+    if ret != 0 {
+        anyhow::bail!("returned {ret}");
+    }
+    Ok(())
+}
+
+/// Sum the per-CPU global counters.
+pub(in crate::scheduler) fn read_counters(map: &libbpf_rs::Map) -> Vec<u64> {
+    (0..bpf_intf::bw_stat_idx_BW_NR_STATS).map(|idx| read_counter(map, idx)).collect()
+}
+
+/// One global counter (enum bw_stat_idx), summed over CPUs.
+pub(in crate::scheduler) fn read_counter(map: &libbpf_rs::Map, idx: u32) -> u64 {
+    read_percpu_field(map, idx, 0).iter().map(|&v| v as u64).sum()
+}
+
+/// The local runtime (ns) of group `slot` on each possible CPU (bw_cpus).
+pub(in crate::scheduler) fn read_local_runtimes(map: &libbpf_rs::Map, slot: usize) -> Vec<i64> {
+    read_percpu_field(map, slot as u32, std::mem::offset_of!(bpf_intf::bw_cpu, runtime))
+}
+
+/// The 8-byte field at byte offset `at` of entry `key` of a per-CPU array, one value per
+/// possible CPU; empty when the lookup fails, 0 for a value too short to hold it.
+fn read_percpu_field(map: &libbpf_rs::Map, key: u32, at: usize) -> Vec<i64> {
+    map.lookup_percpu(&key.to_ne_bytes(), MapFlags::ANY)
+        .ok()
+        .flatten()
+        .map(|cpus| {
+            cpus.iter()
+                .map(|v| v.get(at..at + 8).map_or(0, |b| i64::from_ne_bytes(b.try_into().unwrap_or_default())))
+                .collect()
+        })
+        .unwrap_or_default()
+}
