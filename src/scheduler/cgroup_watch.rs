@@ -20,7 +20,7 @@ impl<'a> Scheduler<'a> {
     /// Check every configured path (when cgroups were created or removed since the
     /// last walk, or CGROUP_WALK_MAX after it); (re)apply limits to cgroups that
     /// appeared or were re-created, release slots of removed ones.
-    pub(in crate::scheduler) fn poll_cgroups(&mut self, now: Instant) -> Result<()> {
+    pub(super) fn poll_cgroups(&mut self, now: Instant) -> Result<()> {
         let bss = self.bss();
         // SAFETY: naturally aligned u64 in the mmapped .bss; BPF adds to it atomically.
         let seq = unsafe { AtomicU64::from_ptr(&raw mut bss.bw_cgroup_seq) }.load(Ordering::Acquire);
@@ -80,7 +80,7 @@ impl<'a> Scheduler<'a> {
     /// anything parked (bw_reset_slot), fill the pool, map the cgroup, start the
     /// period timer. Used for a new cgroup and for a changed limit alike (as the
     /// kernel does on a cpu.max write). The caller bumps the config generation.
-    pub(in crate::scheduler) fn activate(&mut self, slot: usize, cgid: u64, now: Instant) -> Result<()> {
+    pub(super) fn activate(&mut self, slot: usize, cgid: u64, now: Instant) -> Result<()> {
         self.write_limits(slot);
         self.reset_slot(slot)?;
         let (q, b) = self.groups[slot].limits_ns(self.no_burst);
@@ -103,7 +103,7 @@ impl<'a> Scheduler<'a> {
 
     /// Say so (as an error) when BPF had to cut task chains at BW_MAX_CHAIN limited
     /// groups: cpu.max written deeper than that is not enforced for those tasks.
-    pub(in crate::scheduler) fn report_deep_chains(&mut self) {
+    pub(super) fn report_deep_chains(&mut self) {
         let deep = read_counter(&self.skel.maps.bw_stats, bpf_intf::bw_stat_idx_BW_STAT_DEEP);
         if deep > self.deep_seen {
             error!(
@@ -120,7 +120,7 @@ impl<'a> Scheduler<'a> {
     /// Stop enforcing `slot` (its cgroup is gone or no longer limited). Tasks'
     /// chains are invalidated before the parked ones are released, so none of
     /// them parks on the slot again.
-    pub(in crate::scheduler) fn deactivate(&mut self, slot: usize) -> Result<()> {
+    pub(super) fn deactivate(&mut self, slot: usize) -> Result<()> {
         if let Some(cgid) = self.cgid_of(&self.groups[slot]) {
             self.unmap(cgid);
         }
@@ -134,7 +134,7 @@ impl<'a> Scheduler<'a> {
 
     /// cpu.max / cpu.max.burst of cgroup `cgid` as the kernel passed them (at
     /// attach, on creation, on each write). Unlimited ("max") gives the slot back.
-    pub(in crate::scheduler) fn on_cgroupfs_limit(&mut self, ev: &bpf_intf::bw_event, now: Instant) -> Result<()> {
+    pub(super) fn on_cgroupfs_limit(&mut self, ev: &bpf_intf::bw_event, now: Instant) -> Result<()> {
         let cgid = ev.cgid;
         let slot = self.slot_of(cgid);
         if let Some(s) = slot {
@@ -191,7 +191,7 @@ impl<'a> Scheduler<'a> {
     }
 
     /// Fill in the paths of cgroupfs-limited groups (one walk for all of them).
-    pub(in crate::scheduler) fn resolve_paths(&mut self) {
+    pub(super) fn resolve_paths(&mut self) {
         let ids: HashSet<u64> = self
             .groups
             .iter()
@@ -215,7 +215,7 @@ impl<'a> Scheduler<'a> {
     }
 
     /// A cgroup that has a slot is being destroyed.
-    pub(in crate::scheduler) fn on_cgroup_exit(&mut self, cgid: u64) -> Result<()> {
+    pub(super) fn on_cgroup_exit(&mut self, cgid: u64) -> Result<()> {
         if let Some(s) = self.slot_of(cgid) {
             if let Origin::Cgroupfs { .. } = self.groups[s].origin {
                 info!("cgroup {} (id {cgid}) removed", self.groups[s].cfg.cgroup);

@@ -13,8 +13,8 @@ use crate::bpf_intf;
 use crate::pools::{self, Due};
 
 /// Reader of the events ring, on its own thread: forwards events to the loop.
-pub(in crate::scheduler) struct EventReader {
-    pub(in crate::scheduler) events: Receiver<bpf_intf::bw_event>,
+pub(super) struct EventReader {
+    pub(super) events: Receiver<bpf_intf::bw_event>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
@@ -29,7 +29,7 @@ impl Drop for EventReader {
 }
 
 impl<'a> Scheduler<'a> {
-    pub(in crate::scheduler) fn on_event(&mut self, ev: bpf_intf::bw_event) -> Result<()> {
+    pub(super) fn on_event(&mut self, ev: bpf_intf::bw_event) -> Result<()> {
         let now = Instant::now();
         match ev.kind {
             bpf_intf::bw_event_kind_BW_EV_SLACK => self.on_slack(ev.slot as usize, now),
@@ -57,7 +57,7 @@ impl<'a> Scheduler<'a> {
     }
 
     /// Slack timer expiry: hand what is in the pool to the throttled group.
-    pub(in crate::scheduler) fn distribute_slack(&mut self, slot: usize) -> Result<()> {
+    pub(super) fn distribute_slack(&mut self, slot: usize) -> Result<()> {
         self.groups[slot].slack_at = None;
         self.clear_slack_pending(slot);
         let pool = self.pool(slot).load(Ordering::Acquire);
@@ -70,7 +70,7 @@ impl<'a> Scheduler<'a> {
 }
 
 /// Start the thread that reads the events ring and forwards each event.
-pub(in crate::scheduler) fn spawn_event_reader(map: &libbpf_rs::Map) -> Result<EventReader> {
+pub(super) fn spawn_event_reader(map: &libbpf_rs::Map) -> Result<EventReader> {
     let handle = libbpf_rs::MapHandle::try_from(map).context("events map")?;
     let (tx, events) = crossbeam::channel::unbounded();
     let stop = Arc::new(AtomicBool::new(false));

@@ -22,34 +22,34 @@ pub struct Group {
     pub cfg: GroupConfig,
     pub origin: Origin,
     /// A cgroupfs slot given back (its cgroup left or became unlimited), reusable.
-    pub(in crate::scheduler) free: bool,
-    pub(in crate::scheduler) watch: CgroupWatch,
+    pub(super) free: bool,
+    pub(super) watch: CgroupWatch,
     /// Present while the cgroup exists and is enforced.
-    pub(in crate::scheduler) timer: Option<PeriodTimer>,
+    pub(super) timer: Option<PeriodTimer>,
     /// The timer is stopped: a period passed without use and the pool is full
     /// (bw_group.idle set). The first pull from the pool wakes it (BW_EV_WAKE).
-    pub(in crate::scheduler) idle: bool,
+    pub(super) idle: bool,
     /// When to distribute slack that came back while the group was throttled.
-    pub(in crate::scheduler) slack_at: Option<Instant>,
+    pub(super) slack_at: Option<Instant>,
     /// Periods elapsed / periods that ended throttled (cpu.stat definitions).
     pub nr_periods: u64,
     pub nr_throttled: u64,
     /// bw_group.nr_parked at the last refill.
-    pub(in crate::scheduler) seen_parked: u64,
+    pub(super) seen_parked: u64,
     /// Burst figures and usage history, booked at each refill.
     pub book: PeriodBook,
     /// bw_group.refilled_at as the agent last wrote it: a newer value there means
     /// the BPF safety net or short-period timer refilled meanwhile.
-    pub(in crate::scheduler) agent_refilled_ns: u64,
+    pub(super) agent_refilled_ns: u64,
     /// bw_group.nr_short_throttled at the last refill.
-    pub(in crate::scheduler) seen_short_throttled: u64,
+    pub(super) seen_short_throttled: u64,
     /// Runtime the agent's refills threw away (cap at quota + burst) from the
     /// pool of a group that was throttled at the time.
     pub discarded_ns: u64,
 }
 
 impl Group {
-    pub(in crate::scheduler) fn new(cfg: GroupConfig, origin: Origin) -> Self {
+    pub(super) fn new(cfg: GroupConfig, origin: Origin) -> Self {
         Self {
             cfg,
             origin,
@@ -69,14 +69,14 @@ impl Group {
     }
 
     /// Quota and burst in ns; burst 0 under --no-burst.
-    pub(in crate::scheduler) fn limits_ns(&self, no_burst: bool) -> (u64, u64) {
+    pub(super) fn limits_ns(&self, no_burst: bool) -> (u64, u64) {
         let burst = if no_burst { 0 } else { self.cfg.burst_us };
         (self.cfg.quota_us * NSEC_PER_USEC, burst * NSEC_PER_USEC)
     }
 
     /// Account the period(s) a refill closes: pool-based and used-based bursts and the
     /// usage history.
-    pub(in crate::scheduler) fn close_period(&mut self, left: i64, refilled: i64, usage: u64, overrun: u64, now: Instant) {
+    pub(super) fn close_period(&mut self, left: i64, refilled: i64, usage: u64, overrun: u64, now: Instant) {
         let (quota, period) = (self.cfg.quota_us * NSEC_PER_USEC, Duration::from_micros(self.cfg.period_us));
         self.book.close(quota, period, left, refilled, usage, overrun, now);
     }
@@ -84,11 +84,11 @@ impl Group {
 
 impl<'a> Scheduler<'a> {
     /// The slot enforcing cgroup `cgid`, if any.
-    pub(in crate::scheduler) fn slot_of(&self, cgid: u64) -> Option<usize> {
+    pub(super) fn slot_of(&self, cgid: u64) -> Option<usize> {
         self.groups.iter().position(|g| !g.free && g.timer.is_some() && self.cgid_of(g) == Some(cgid))
     }
 
-    pub(in crate::scheduler) fn cgid_of(&self, g: &Group) -> Option<u64> {
+    pub(super) fn cgid_of(&self, g: &Group) -> Option<u64> {
         match g.origin {
             Origin::Config => g.watch.cgid,
             Origin::Cgroupfs { cgid } => Some(cgid),
@@ -96,14 +96,14 @@ impl<'a> Scheduler<'a> {
     }
 
     /// Give `slot` back: stop enforcing it and let a new group take it.
-    pub(in crate::scheduler) fn release(&mut self, slot: usize) -> Result<()> {
+    pub(super) fn release(&mut self, slot: usize) -> Result<()> {
         self.deactivate(slot)?;
         self.groups[slot].free = true;
         Ok(())
     }
 
     /// Put `g` in slot `s` from [`Self::free_slot`]: a freed one, or a new one at the end.
-    pub(in crate::scheduler) fn put_group(&mut self, s: usize, g: Group) {
+    pub(super) fn put_group(&mut self, s: usize, g: Group) {
         if s == self.groups.len() {
             self.groups.push(g);
         } else {
@@ -112,7 +112,7 @@ impl<'a> Scheduler<'a> {
     }
 
     /// A slot for a new group: a freed one, or the next one.
-    pub(in crate::scheduler) fn free_slot(&self) -> Option<usize> {
+    pub(super) fn free_slot(&self) -> Option<usize> {
         self.groups
             .iter()
             .position(|g| g.free)

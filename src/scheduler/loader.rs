@@ -102,11 +102,11 @@ impl<'a> Scheduler<'a> {
         Ok(sched)
     }
 
-    pub(in crate::scheduler) fn bss(&mut self) -> &mut types::bss {
+    pub(super) fn bss(&mut self) -> &mut types::bss {
         self.skel.maps.bss_data.as_mut().unwrap()
     }
 
-    pub(in crate::scheduler) fn bump_cfg_gen(&mut self) {
+    pub(super) fn bump_cfg_gen(&mut self) {
         let data = self.skel.maps.data_data.as_mut().unwrap();
         let gen = &raw mut data.bw_cfg_gen;
         // SAFETY: bw_cfg_gen is a naturally aligned u64 in the mmapped .data.
@@ -115,21 +115,21 @@ impl<'a> Scheduler<'a> {
 
     /// Raise bw_nr_slots (the end of BPF's loops over the groups) to cover
     /// `slot`, before the slot is mapped.
-    pub(in crate::scheduler) fn cover_slot(&mut self, slot: usize) {
+    pub(super) fn cover_slot(&mut self, slot: usize) {
         let bss = self.bss();
         let n = &raw mut bss.bw_nr_slots;
         // SAFETY: aligned u32 in the mmapped .bss; only the agent writes it.
         unsafe { AtomicU32::from_ptr(n) }.fetch_max(slot as u32 + 1, Ordering::Release);
     }
 
-    pub(in crate::scheduler) fn clear_slack_pending(&mut self, slot: usize) {
+    pub(super) fn clear_slack_pending(&mut self, slot: usize) {
         let g = &mut self.bss().bw_groups[slot];
         // SAFETY: aligned u32 in the mmapped .bss; BPF sets it with a CAS.
         unsafe { AtomicU32::from_ptr(&raw mut g.slack_pending) }.store(0, Ordering::Release);
     }
 
     /// Record a refill of `slot` now in bw_group.refilled_at (the safety net's clock).
-    pub(in crate::scheduler) fn stamp_refill(&mut self, slot: usize) {
+    pub(super) fn stamp_refill(&mut self, slot: usize) {
         let now = stats::monotonic_ns();
         let g = &mut self.bss().bw_groups[slot];
         // SAFETY: aligned u64 in the mmapped .bss; BPF updates it with a CAS.
@@ -138,21 +138,21 @@ impl<'a> Scheduler<'a> {
     }
 
     /// bw_group.refilled_at as BPF sees it.
-    pub(in crate::scheduler) fn refill_stamp(&mut self, slot: usize) -> u64 {
+    pub(super) fn refill_stamp(&mut self, slot: usize) -> u64 {
         let g = &mut self.bss().bw_groups[slot];
         // SAFETY: as in stamp_refill.
         unsafe { AtomicU64::from_ptr(&raw mut g.refilled_at) }.load(Ordering::Acquire)
     }
 
     /// The pool of `slot`, shared with BPF, as an atomic.
-    pub(in crate::scheduler) fn pool(&mut self, slot: usize) -> &AtomicI64 {
+    pub(super) fn pool(&mut self, slot: usize) -> &AtomicI64 {
         let g = &mut self.bss().bw_groups[slot];
         // SAFETY: bw_group.runtime is an aligned i64 in the mmapped .bss that
         // lives as long as the skeleton; all concurrent access is atomic.
         unsafe { AtomicI64::from_ptr(&raw mut g.runtime) }
     }
 
-    pub(in crate::scheduler) fn write_limits(&mut self, slot: usize) {
+    pub(super) fn write_limits(&mut self, slot: usize) {
         let cfg = self.groups[slot].cfg.clone();
         let g = &mut self.bss().bw_groups[slot];
         g.quota = cfg.quota_us * NSEC_PER_USEC;
@@ -161,28 +161,28 @@ impl<'a> Scheduler<'a> {
     }
 
     /// bw_group.idle of `slot`, shared with BPF, as an atomic.
-    pub(in crate::scheduler) fn idle_flag(&mut self, slot: usize) -> &AtomicU32 {
+    pub(super) fn idle_flag(&mut self, slot: usize) -> &AtomicU32 {
         let g = &mut self.bss().bw_groups[slot];
         // SAFETY: aligned u32 in the mmapped .bss; BPF clears it with a CAS.
         unsafe { AtomicU32::from_ptr(&raw mut g.idle) }
     }
 
-    pub(in crate::scheduler) fn unmap(&mut self, cgid: u64) {
+    pub(super) fn unmap(&mut self, cgid: u64) {
         let _ = self.skel.maps.cgid_slot.delete(&cgid.to_ne_bytes());
     }
 
-    pub(in crate::scheduler) fn reset_slot(&mut self, slot: usize) -> Result<()> {
+    pub(super) fn reset_slot(&mut self, slot: usize) -> Result<()> {
         let mut args = bpf_intf::bw_reset_args { slot: slot as u32, pad: 0 };
         run_syscall(&self.skel.progs.bw_reset_slot, &mut args).context("bw_reset_slot")?;
         Ok(())
     }
 
-    pub(in crate::scheduler) fn unthrottle(&mut self, slot: usize) -> Result<()> {
+    pub(super) fn unthrottle(&mut self, slot: usize) -> Result<()> {
         let mut args = bpf_intf::bw_unthrottle_args { slot: slot as u32, pad: 0, nr_released: 0 };
         run_syscall(&self.skel.progs.bw_unthrottle, &mut args).context("bw_unthrottle")
     }
 
-    pub(in crate::scheduler) fn exited(&mut self) -> bool {
+    pub(super) fn exited(&mut self) -> bool {
         uei_exited!(&self.skel, uei)
     }
 }
@@ -201,17 +201,17 @@ fn run_syscall<T>(prog: &libbpf_rs::ProgramMut, args: &mut T) -> Result<()> {
 }
 
 /// Sum the per-CPU global counters.
-pub(in crate::scheduler) fn read_counters(map: &libbpf_rs::Map) -> Vec<u64> {
+pub(super) fn read_counters(map: &libbpf_rs::Map) -> Vec<u64> {
     (0..bpf_intf::bw_stat_idx_BW_NR_STATS).map(|idx| read_counter(map, idx)).collect()
 }
 
 /// One global counter (enum bw_stat_idx), summed over CPUs.
-pub(in crate::scheduler) fn read_counter(map: &libbpf_rs::Map, idx: u32) -> u64 {
+pub(super) fn read_counter(map: &libbpf_rs::Map, idx: u32) -> u64 {
     read_percpu_field(map, idx, 0).iter().map(|&v| v as u64).sum()
 }
 
 /// The local runtime (ns) of group `slot` on each possible CPU (bw_cpus).
-pub(in crate::scheduler) fn read_local_runtimes(map: &libbpf_rs::Map, slot: usize) -> Vec<i64> {
+pub(super) fn read_local_runtimes(map: &libbpf_rs::Map, slot: usize) -> Vec<i64> {
     read_percpu_field(map, slot as u32, std::mem::offset_of!(bpf_intf::bw_cpu, runtime))
 }
 

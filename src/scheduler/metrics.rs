@@ -7,10 +7,10 @@ use super::{Origin, Scheduler, NSEC_PER_USEC};
 use crate::stats::{self, GroupMetrics, Metrics};
 
 /// The stats server and the main loop's end of its request channel.
-pub(in crate::scheduler) struct StatsLink {
+pub(super) struct StatsLink {
     _server: StatsServer<(), Metrics>,
-    pub(in crate::scheduler) res: Sender<Metrics>,
-    pub(in crate::scheduler) req: Receiver<()>,
+    pub(super) res: Sender<Metrics>,
+    pub(super) req: Receiver<()>,
 }
 
 impl<'a> Scheduler<'a> {
@@ -79,7 +79,7 @@ impl<'a> Scheduler<'a> {
 /// root-only, then opened to `group` if given. The server thread asks the main
 /// loop for a snapshot per request. Without the socket the scheduler still runs
 /// (and says so).
-pub(in crate::scheduler) fn launch_stats_server(group: Option<u32>) -> Option<StatsLink> {
+pub(super) fn launch_stats_server(group: Option<u32>) -> Option<StatsLink> {
     // SAFETY: umask is process-wide and this runs before any other thread
     // creates files; it makes the socket 0600 from the start.
     let old = unsafe { libc::umask(0o077) };

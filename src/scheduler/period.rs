@@ -21,7 +21,7 @@ const POLL_SLACK: Duration = Duration::from_millis(50);
 impl<'a> Scheduler<'a> {
     /// A period of `slot` starts `now` (activation, or a wake from idle), with
     /// bw_group.usage at `usage`: start and queue its timer, stamp the refill clock.
-    pub(in crate::scheduler) fn start_period(&mut self, slot: usize, usage: u64, now: Instant) {
+    pub(super) fn start_period(&mut self, slot: usize, usage: u64, now: Instant) {
         let g = &mut self.groups[slot];
         g.book.start(usage, now);
         g.timer = Some(PeriodTimer::new(Duration::from_micros(g.cfg.period_us), now));
@@ -47,7 +47,7 @@ impl<'a> Scheduler<'a> {
 
     /// A CPU pulled from the pool of idle `slot` (BW_EV_WAKE, or seen by the poll):
     /// restart its period timer. BPF restarted the safety net's clock; take it over.
-    pub(in crate::scheduler) fn wake(&mut self, slot: usize, now: Instant) {
+    pub(super) fn wake(&mut self, slot: usize, now: Instant) {
         let Some(g) = self.groups.get_mut(slot) else { return };
         if g.free || g.timer.is_none() || !g.idle {
             return;
@@ -220,7 +220,7 @@ impl<'a> Scheduler<'a> {
     }
 
     /// Queue the period timer of `slot` (after it was started or it expired).
-    pub(in crate::scheduler) fn arm(&mut self, slot: usize) {
+    pub(super) fn arm(&mut self, slot: usize) {
         let g = &self.groups[slot];
         if let Some(t) = g.timer.as_ref().filter(|_| !g.idle && !g.free) {
             self.due.push(Due { at: t.deadline(), slot, slack: false });
@@ -270,7 +270,7 @@ impl<'a> Scheduler<'a> {
 
 /// Put the agent thread in SCHED_FIFO (`on`) so its period timer never waits behind
 /// workload tasks, or back to SCHED_OTHER. Returns whether the change took effect.
-pub(in crate::scheduler) fn set_realtime(on: bool) -> bool {
+pub(super) fn set_realtime(on: bool) -> bool {
     let (policy, prio) = if on { (libc::SCHED_FIFO, 1) } else { (libc::SCHED_OTHER, 0) };
     let param = libc::sched_param { sched_priority: prio };
     // SAFETY: plain syscall on this thread with a valid parameter.

@@ -20,7 +20,7 @@ impl<'a> Scheduler<'a> {
     /// nothing (the error names file, group and field, as at start); otherwise
     /// changed limits apply at once (pool refilled, as for a cpu.max write),
     /// new paths are watched and removed ones released.
-    pub(in crate::scheduler) fn reload(&mut self, now: Instant) -> Result<()> {
+    pub(super) fn reload(&mut self, now: Instant) -> Result<()> {
         let Some(path) = self.config_path.clone() else {
             info!("SIGHUP: no --config to reload");
             return Ok(());
