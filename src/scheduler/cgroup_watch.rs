@@ -1,3 +1,15 @@
+//! Following cgroups: which cgroup each group's limit applies to.
+//!
+//! A configured group names a path, which may not exist yet, and may vanish and
+//! come back as a new cgroup (a new id). A poll walks the configured paths, but
+//! only when BPF saw cgroups created or removed (bw_cgroup_seq), or every
+//! CGROUP_WALK_MAX for renames, and maps what it finds to slots. A cgroup's
+//! cpu.max comes the other way, by id, from the kernel's cgroup ops through the
+//! events ring; its path is looked up only for statistics (resolve_paths), as a
+//! walk per event would be quadratic when many cgroups appear at once. The
+//! configuration takes precedence over cpu.max. activate and deactivate are where
+//! a slot starts and stops being enforced, for either origin.
+
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;

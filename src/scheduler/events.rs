@@ -1,3 +1,13 @@
+//! Events from BPF: what the kernel side tells the agent.
+//!
+//! BPF cannot call the agent; it queues a struct bw_event on the events ring,
+//! which a helper thread reads and forwards to a channel, so that the run loop
+//! waits in one select for events, stats requests and its next deadline. The
+//! events: slack returned into a throttled pool (distributed after the slack
+//! delay, unless the refill comes first), a cgroup's cpu.max (cgroup_watch.rs), a
+//! limited cgroup's exit, and a pull from an idle group's pool (its period timer
+//! restarts).
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;

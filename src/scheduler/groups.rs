@@ -1,3 +1,13 @@
+//! The group table: the agent's side of each slot of bw_groups.
+//!
+//! BPF knows a group only by its slot (the index in bw_groups that cgid_slot maps
+//! a cgroup to). The agent keeps, per slot, where the limit comes from (the
+//! configuration or a cgroup's cpu.max), the period timer and what it books each
+//! period. Configured groups take the first slots, in config order; a slot given
+//! back (its cgroup left or became unlimited, or a reload dropped it) is reused
+//! before a new one is taken, since BPF's walks over the groups run up to the
+//! highest slot ever mapped (bw_nr_slots).
+
 use std::time::{Duration, Instant};
 
 use anyhow::Result;

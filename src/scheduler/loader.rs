@@ -1,3 +1,13 @@
+//! Loading and attaching the BPF scheduler, and the agent's handle on it.
+//!
+//! The agent and BPF share state through the skeleton: bw_groups in the mmapped
+//! .bss (limits the agent writes, pools both sides change), bw_cfg_gen in .data,
+//! the per-CPU maps the agent reads for statistics, and two `SEC("syscall")`
+//! programs it runs because only BPF can move tasks between DSQs (bw_unthrottle
+//! after a refill, bw_reset_slot when a slot is (re)assigned). The accessors here
+//! give the fields BPF changes concurrently their atomic types, each with why that
+//! is sound; intf.h says who writes what.
+
 use std::collections::VecDeque;
 use std::mem::MaybeUninit;
 use std::path::PathBuf;

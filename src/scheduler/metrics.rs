@@ -1,3 +1,12 @@
+//! Statistics: one snapshot of everything, for the report and the stats server.
+//!
+//! The snapshot (Metrics, stats.rs) is built on the agent's thread, from its own
+//! books and from what BPF counts in bw_groups and its per-CPU maps, at normal
+//! priority (housekeeping, in period.rs): it is not time-critical, so it never
+//! preempts the tasks the agent limits. The scx_stats server runs on a thread of
+//! its own and asks the run loop for a snapshot per request over a channel, since
+//! only the loop holds the Scheduler.
+
 use crossbeam::channel::{Receiver, Sender};
 use log::{error, info, warn};
 use scx_stats::prelude::*;

@@ -11,6 +11,16 @@
 //! the scx_stats server (`--monitor`, any client of the stats socket). The agent thread runs SCHED_FIFO, a class
 //! above sched_ext, so it is never queued behind the tasks it limits; BPF also
 //! exempts the agent's thread group from charging and parking.
+//!
+//! `Scheduler` is one struct with an `impl` block per concern, each in a module:
+//!
+//! - `loader`: loading and attaching the BPF side, and access to its maps;
+//! - `groups`: the group table, one `Group` per slot of bw_groups;
+//! - `period`: the run loop and the timers (refill, unthrottle, idle groups);
+//! - `cgroup_watch`: which cgroup each limit applies to (paths, cpu.max);
+//! - `events`: the events ring from BPF and what each event does;
+//! - `reload`: SIGHUP;
+//! - `metrics`: statistics and the stats server.
 
 use std::collections::VecDeque;
 use std::path::PathBuf;

@@ -1,3 +1,16 @@
+//! The period run loop: the agent is the period timer of every group.
+//!
+//! fair.c refills a group's pool from a timer each period; here the agent's
+//! SCHED_FIFO thread does, from one loop that sleeps until the earliest deadline
+//! (a heap of period and slack timers, the cgroup poll, the stats report) or until
+//! a message wakes it. An expired period refills the pool with the rule in
+//! pools.rs and runs bw_unthrottle when the group was throttled or tasks parked
+//! since the last refill. A group that used nothing in a period and whose pool is
+//! full goes idle, its timer stopped until a CPU pulls from it again (BW_EV_WAKE),
+//! as the kernel deactivates an idle group's timer. When BPF refilled instead (the
+//! safety net, short periods) it stamped refilled_at, and the agent books that
+//! period rather than refill it again.
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};

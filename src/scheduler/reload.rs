@@ -1,3 +1,10 @@
+//! SIGHUP: the configuration file read again while running.
+//!
+//! A file that does not validate, or that needs more slots than are free, changes
+//! nothing: the configuration in force stays. Otherwise changed limits apply at
+//! once, as a cpu.max write does in the kernel, and what is then in force is what
+//! a restart brings back (config_in_force), not the file as it was at start.
+
 use std::time::Instant;
 
 use anyhow::Result;
