@@ -44,8 +44,10 @@ fn group_id(s: &str) -> Result<u32, String> {
 #[derive(Debug, Parser)]
 #[command(version, about)]
 pub struct Opts {
-    /// Limits to enforce: a TOML file with one [[group]] table per limited
-    /// cgroup (see configs/example.toml). Without it nothing is limited.
+    /// Limits to enforce besides cgroupfs: a TOML file with one [[group]] table
+    /// per limited cgroup (see configs/example.toml); a cgroup named here follows
+    /// the file, not its cpu.max. Without it the cgroups' own cpu.max and
+    /// cpu.max.burst are enforced (on kernels with ops.cgroup_set_bandwidth).
     #[arg(short, long, value_name = "FILE")]
     pub config: Option<PathBuf>,
 
