@@ -20,9 +20,10 @@ pack_initramfs() {
 }
 
 # qemu_argv INITRD CMDLINE: the qemu command line in the array QEMU_ARGV. TCG, because KVM
-# does not work on these machines; -net none skips iPXE.
+# does not work on these machines; -net none skips iPXE; debug-threads names the vCPU
+# threads ("CPU 0/TCG"), whose run-queue waits tests/vm/run reports as host noise.
 qemu_argv() {
-    QEMU_ARGV=(qemu-system-x86_64 -accel tcg,thread=multi -cpu max
+    QEMU_ARGV=(qemu-system-x86_64 -name scxbw,debug-threads=on -accel tcg,thread=multi -cpu max
         -smp "${SCXBW_VM_SMP:-2}" -m "${SCXBW_VM_MEM:-1G}"
         -kernel "$KDIR/vmlinuz" -initrd "$1" -append "$2"
         -nographic -no-reboot -net none)

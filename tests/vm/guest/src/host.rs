@@ -5,14 +5,20 @@
 //! run still advances guest time: the task that was on that vCPU is charged the stall, and a
 //! limited group runs into debt for CPU it never had. Two things take CPU from qemu's
 //! vCPU threads: the hypervisor under this machine (host **steal**, the 8th value of
-//! /proc/stat's `cpu` line) and other processes on this machine (**other**: busy time that
-//! is not qemu's). The guest prints `SCENARIO_BEGIN name` before each scenario and its
-//! verdict line after; at each we read /proc/stat and qemu's own CPU time
-//! (/proc/PID/stat, all threads), and append the window's figures to the verdict line:
+//! /proc/stat's `cpu` line) and other processes on this machine, which make qemu's threads
+//! **wait** on a run queue. The guest prints `SCENARIO_BEGIN name` before each scenario and
+//! its verdict line after; at each we read /proc/stat, qemu's own CPU time (/proc/PID/stat)
+//! and its threads' run-queue waits (/proc/PID/task/*/schedstat), and append the window's
+//! figures to the verdict line:
 //!
 //!   host_steal_pct  steal as a share of the host's CPU capacity (all CPUs, as vmstat's `st`)
-//!   host_other_pct  busy time of everything but qemu, same unit
+//!   host_wait_pct   time qemu's vCPU threads were runnable but not running, same unit: what other
+//!                   processes took from qemu (a niced build on a CPU the guest leaves idle
+//!                   costs it nothing and does not count)
+//!   host_other_pct  busy time of everything but qemu, same unit (for the record)
 //!   host_qemu_pct   qemu's CPU time, same unit
+//!   host_stall_pct  (only while `hostload --stall-ms` runs) the share of wall time qemu was
+//!                   stopped: every vCPU lost it, so it is also a share of the capacity
 //!
 //! `tests/vm/run` reads them to tell host noise from a regression.
 //!
@@ -40,6 +46,12 @@ pub struct Sample {
     pub steal: u64,
     /// qemu's user + system ticks (all its threads).
     pub qemu: u64,
+    /// Time qemu's threads waited on a run queue, ns (threads alive at the sample).
+    pub qemu_wait_ns: u64,
+    /// CLOCK_MONOTONIC, ns.
+    pub mono_ns: u64,
+    /// Time qemu was stopped by `hostload --stall-ms` so far, ns (None: no staller).
+    pub stalled_ns: Option<u64>,
 }
 
 /// The host's figures over one scenario, in percent of the host's CPU capacity.
@@ -48,6 +60,8 @@ pub struct Noise {
     pub steal_pct: f64,
     pub other_pct: f64,
     pub qemu_pct: f64,
+    pub wait_pct: f64,
+    pub stall_pct: Option<f64>,
 }
 
 impl Noise {
@@ -62,15 +76,28 @@ impl Noise {
             // by a tick or two, never make "other" negative.
             other_pct: pct(busy.saturating_sub(qemu)),
             qemu_pct: pct(qemu),
+            // Ticks to ns: the capacity in ns is total ticks × (1e9 / USER_HZ).
+            wait_pct: b.qemu_wait_ns.saturating_sub(a.qemu_wait_ns) as f64 * 100.0
+                / (total * 1e9 / crate::sched::clock_ticks() as f64),
+            stall_pct: match (a.stalled_ns, b.stalled_ns) {
+                (Some(x), Some(y)) if b.mono_ns > a.mono_ns => {
+                    Some(y.saturating_sub(x) as f64 * 100.0 / (b.mono_ns - a.mono_ns) as f64)
+                }
+                _ => None,
+            },
         })
     }
 
     /// The figures as they go on the verdict line.
     pub fn fields(&self) -> String {
-        format!(
-            "host_steal_pct={:.1} host_other_pct={:.1} host_qemu_pct={:.1}",
-            self.steal_pct, self.other_pct, self.qemu_pct
-        )
+        let mut f = format!(
+            "host_steal_pct={:.1} host_wait_pct={:.1} host_other_pct={:.1} host_qemu_pct={:.1}",
+            self.steal_pct, self.wait_pct, self.other_pct, self.qemu_pct
+        );
+        if let Some(s) = self.stall_pct {
+            f += &format!(" host_stall_pct={s:.1}");
+        }
+        f
     }
 }
 
@@ -93,18 +120,43 @@ pub fn parse_pid_stat(text: &str) -> Option<u64> {
     Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
 }
 
-fn qemu_ticks(pidfile: &Path) -> u64 {
+/// The run-queue wait of /proc/PID/task/TID/schedstat: "exec_ns wait_ns timeslices".
+pub fn parse_schedstat_wait(text: &str) -> Option<u64> {
+    text.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// qemu's (CPU ticks, run-queue wait ns of its live threads); zeros before it started.
+fn qemu_figures(pidfile: &Path) -> (u64, u64) {
     let pid = std::fs::read_to_string(pidfile).unwrap_or_default();
     let pid = pid.trim();
     if pid.is_empty() {
-        return 0;
+        return (0, 0);
     }
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).ok().as_deref().and_then(parse_pid_stat).unwrap_or(0)
+    let ticks = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok().as_deref().and_then(parse_pid_stat).unwrap_or(0);
+    // The vCPU threads ("CPU 0/TCG", ...) only: qemu's other threads queue behind them on
+    // a busy guest, a wait no other process causes (3-4 % on a quiet host counted over all).
+    let wait = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|d| {
+            d.flatten()
+                .filter(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.contains("/TCG")))
+                .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+                .filter_map(|s| parse_schedstat_wait(&s))
+                .sum()
+        })
+        .unwrap_or(0);
+    (ticks, wait)
+}
+
+/// Where `hostload --stall-ms` keeps its running total (ns) for the watcher: beside the pidfile.
+fn stall_file(pidfile: &Path) -> PathBuf {
+    pidfile.with_extension("stalled")
 }
 
 fn sample(pidfile: &Path) -> Option<Sample> {
     let (total, busy, steal) = parse_proc_stat(&std::fs::read_to_string("/proc/stat").ok()?)?;
-    Some(Sample { total, busy, steal, qemu: qemu_ticks(pidfile) })
+    let stalled_ns = std::fs::read_to_string(stall_file(pidfile)).ok().and_then(|s| s.trim().parse().ok());
+    let (qemu, qemu_wait_ns) = qemu_figures(pidfile);
+    Some(Sample { total, busy, steal, qemu, qemu_wait_ns, mono_ns: crate::workload::mono_ns(), stalled_ns })
 }
 
 /// What a console line means to the watcher.
@@ -227,16 +279,23 @@ fn stall(stall_ms: u64, every_ms: u64, pidfile: &Path, seconds: u64) -> Result<(
         std::thread::sleep(std::time::Duration::from_millis(20));
     };
     println!("HOSTLOAD pid={pid} stall_ms={stall_ms} every_ms={every_ms}");
+    let (total, tmp) = (stall_file(pidfile), pidfile.with_extension("stalled.tmp"));
     let mut start = mono_ns();
-    let mut stalls = 0u64;
+    let (mut stalls, mut stalled_ns) = (0u64, 0u64);
     while start < end {
         // SAFETY: plain signals to a process we started (through tests/vm/run).
         if unsafe { libc::kill(pid, libc::SIGSTOP) } != 0 {
             break; // it exited
         }
+        let t0 = mono_ns();
         sleep_until_mono(start + stall_ms * 1_000_000);
         // SAFETY: as above.
         unsafe { libc::kill(pid, libc::SIGCONT) };
+        stalled_ns += mono_ns() - t0;
+        // Renamed into place, so the watcher never reads half a number.
+        if std::fs::write(&tmp, stalled_ns.to_string()).is_ok() {
+            let _ = std::fs::rename(&tmp, &total);
+        }
         stalls += 1;
         start += every_ms * 1_000_000;
         sleep_until_mono(start);
@@ -256,15 +315,24 @@ mod tests {
         assert_eq!(parse_proc_stat("cpu0 1 2 3\n"), None);
         let p = "4242 (qemu-system x86) S 1 2 3 4 5 6 7 8 9 10 250 50 0 0 20 0 9";
         assert_eq!(parse_pid_stat(p), Some(300));
+        assert_eq!(parse_schedstat_wait("123 4567 89\n"), Some(4567));
     }
 
     #[test]
     fn shares_of_capacity() {
-        let a = Sample { total: 1000, busy: 300, steal: 10, qemu: 200 };
-        let b = Sample { total: 3000, busy: 1500, steal: 410, qemu: 1100 };
+        // 2000 ticks of capacity = 20 s at USER_HZ 100; qemu's threads waited 3 s of them.
+        let hz = crate::sched::clock_ticks();
+        let ns = |ticks: u64| ticks * 1_000_000_000 / hz;
+        let a = Sample { total: 1000, busy: 300, steal: 10, qemu: 200, qemu_wait_ns: ns(100), mono_ns: 0, stalled_ns: None };
+        let b = Sample { total: 3000, busy: 1500, steal: 410, qemu: 1100, qemu_wait_ns: ns(400), mono_ns: 10_000, stalled_ns: None };
         let n = Noise::between(&a, &b).unwrap();
-        assert_eq!((n.steal_pct, n.other_pct, n.qemu_pct), (20.0, 15.0, 45.0));
+        assert_eq!((n.steal_pct, n.other_pct, n.qemu_pct, n.stall_pct), (20.0, 15.0, 45.0, None));
+        assert!((n.wait_pct - 15.0).abs() < 1e-9, "{}", n.wait_pct);
         assert_eq!(Noise::between(&b, &b), None);
+        let stalled = |s: &Sample, ns| Sample { stalled_ns: Some(ns), ..*s };
+        let n = Noise::between(&stalled(&a, 500), &stalled(&b, 2500)).unwrap();
+        assert_eq!(n.stall_pct, Some(20.0));
+        assert!(n.fields().ends_with(" host_stall_pct=20.0"), "{}", n.fields());
     }
 
     #[test]
@@ -275,13 +343,13 @@ mod tests {
         let mut out = Vec::new();
         annotate(log.as_bytes(), &mut out, || {
             t += 1000;
-            Some(Sample { total: t, busy: t / 2, steal: t / 10, qemu: t / 4 })
+            Some(Sample { total: t, busy: t / 2, steal: t / 10, qemu: t / 4, qemu_wait_ns: 0, mono_ns: t, stalled_ns: None })
         })
         .unwrap();
         let out = String::from_utf8(out).unwrap();
         let lines: Vec<&str> = out.lines().collect();
         assert_eq!(lines[0], "boot");
-        assert_eq!(lines[2], "SCENARIO a PASS ratio=1.0 host_steal_pct=10.0 host_other_pct=25.0 host_qemu_pct=25.0");
+        assert_eq!(lines[2], "SCENARIO a PASS ratio=1.0 host_steal_pct=10.0 host_wait_pct=0.0 host_other_pct=25.0 host_qemu_pct=25.0");
         assert_eq!(lines[3], "SCENARIO b SKIP reason=x");
         assert!(lines[6].starts_with("SCENARIO c FAIL ratio=2 host_steal_pct=10.0"), "{}", lines[6]);
         assert!(lines[6].ends_with("host_qemu_pct=25.0 reason=a b"), "{}", lines[6]);
