@@ -1,0 +1,23 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+#ifndef __SCX_OPS_HOTPLUG_BPF_H
+#define __SCX_OPS_HOTPLUG_BPF_H
+
+/*
+ * CPU hotplug. Implementing these keeps the scheduler attached across hotplug
+ * (without them the kernel unloads it). Tasks on a CPU going away are moved by
+ * the kernel; its local runtime goes back to the pools here, and it stops
+ * kicking (see cpu_going_down).
+ */
+void BPF_STRUCT_OPS(bw_cpu_online, s32 cpu)
+{
+	bw_reclaim_cpu(cpu);
+	bw_set_going_down(cpu, 0);
+}
+
+void BPF_STRUCT_OPS(bw_cpu_offline, s32 cpu)
+{
+	bw_set_going_down(cpu, 1);
+	bw_reclaim_cpu(cpu);
+}
+
+#endif /* __SCX_OPS_HOTPLUG_BPF_H */
