@@ -20,6 +20,12 @@
  * and parks the task instead when its group cannot pay; running caps the
  * task's time slice at the runtime its groups have on this CPU; tick and
  * stopping charge the runtime used and preempt when a group runs dry.
+ *
+ * The ops that schedule tasks, follow their life and start and stop the
+ * scheduler are here; the others are in files included where they stand (one
+ * compilation unit): ops_cgroup.bpf.h (cgroups created, removed, moved
+ * between, reweighted, limited in cgroupfs), ops_hotplug.bpf.h (CPUs going
+ * offline and online) and ops_dump.bpf.h (the debug dump).
  */
 #include <scx/common.bpf.h>
 #include "bandwidth.bpf.h"

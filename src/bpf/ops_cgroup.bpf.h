@@ -1,4 +1,15 @@
 /* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * The cgroup ops of the scheduling core (main.bpf.c includes this file).
+ * They keep two things in step with the kernel's cgroup tree: the weight
+ * state of weight.bpf.h (cg_create, cg_destroy, cg_reweight, and a moving
+ * task's place in it) and what the agent knows of limits set in cgroupfs
+ * (cpu.max, cpu.max.burst) and of limited cgroups removed, which BPF only
+ * passes on as events (src/scheduler/events.rs); the agent owns the pools. A
+ * moved task's chain of limited groups is resolved again at its next use
+ * (BW_GEN_STALE), and creations and removals bump bw_cgroup_seq so that the
+ * agent walks its configured paths again (src/scheduler/cgroup_watch.rs).
+ */
 #ifndef __SCX_OPS_CGROUP_BPF_H
 #define __SCX_OPS_CGROUP_BPF_H
 

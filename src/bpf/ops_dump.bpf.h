@@ -1,4 +1,11 @@
 /* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * What the scheduler adds to the kernel's debug dump (main.bpf.c includes
+ * this file): when sched_ext exits on an error, or on SysRq-D, the dump shows
+ * every limited group's limit, pool, throttle state and per-CPU local
+ * runtime, and for each task how many limited groups its chain holds and the
+ * first of them, so that an ejection report says which group held what.
+ */
 #ifndef __SCX_OPS_DUMP_BPF_H
 #define __SCX_OPS_DUMP_BPF_H
 

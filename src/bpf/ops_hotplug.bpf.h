@@ -1,4 +1,10 @@
 /* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * The CPU hotplug ops of the scheduling core (main.bpf.c includes this
+ * file). They exist because without them the kernel unloads a sched_ext
+ * scheduler at the first CPU going offline or online; what they do for
+ * bandwidth control is bw_reclaim_cpu (bw_hotplug.bpf.h).
+ */
 #ifndef __SCX_OPS_HOTPLUG_BPF_H
 #define __SCX_OPS_HOTPLUG_BPF_H
 
