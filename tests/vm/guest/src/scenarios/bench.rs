@@ -1,0 +1,171 @@
+use super::{hog, leak, lim, process_cpu, render_config, Limit, Sleepers, Work, Workload};
+use crate::runner::Ctx;
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+/// Throttling cost: one busy thread in a group allowed 20 ms per 100 ms runs 20 ms, waits
+/// throttled ~80 ms, and resumes when the refill has released it. The refill instants
+/// are not visible from user space (the kernel's period timer, our agent's), but they
+/// lie on a grid of one period: each resume's phase on that grid, minus the earliest
+/// phase seen, is how much later than the fastest resume it came. Printed: p50/p99/max of
+/// that delay in µs over ~110 periods (the fastest resume's own delay is not included).
+pub(super) fn throttle_cost(ctx: &mut Ctx) -> Result<(), String> {
+    const PERIOD_NS: u64 = 100_000_000;
+    let w = ctx.spawn(&Workload { cgroup: "t/a", work: Work::Gaps, pin: None }, 12)?;
+    ctx.check_on_scx(w);
+    let st = ctx.wait_workload(w, Duration::from_secs(40))?;
+    if !st.success() {
+        return Err(format!("gaps workload: {}", crate::sched::describe(st)));
+    }
+    let out = ctx.output(w);
+    let ends: Vec<u64> = crate::workload::parse_gaps(&out)
+        .into_iter()
+        .filter(|g| g.len_ns > 20_000_000)
+        .map(|g| g.end_ns)
+        .collect();
+    // Skip the first second (the group's first periods).
+    let from = ends.first().copied().unwrap_or(0) + 1_000_000_000;
+    let d = resume_delays(&ends.iter().copied().filter(|&e| e >= from).collect::<Vec<_>>(), PERIOD_NS);
+    ctx.figure("resumes", d.len());
+    if d.len() < 50 {
+        return Err(format!("only {} throttled periods seen in 11 s (100 ms periods)", d.len()));
+    }
+    let pct = |q: f64| d[((d.len() - 1) as f64 * q).round() as usize] as f64 / 1e3;
+    ctx.figure("delay_p50_us", format!("{:.0}", pct(0.5)));
+    ctx.figure("delay_p99_us", format!("{:.0}", pct(0.99)));
+    ctx.figure("delay_max_us", format!("{:.0}", pct(1.0)));
+    Ok(())
+}
+
+/// Sorted delays of `ends` (ns) behind the earliest phase on a grid of `period` ns. The
+/// earliest phase is the one after the widest empty stretch of the circle, so a grid
+/// whose resumes straddle a multiple of the period is handled.
+fn resume_delays(ends: &[u64], period: u64) -> Vec<u64> {
+    let mut ph: Vec<u64> = ends.iter().map(|e| e % period).collect();
+    ph.sort_unstable();
+    let Some(&last) = ph.last() else { return ph };
+    let mut start = ph[0];
+    let mut widest = ph[0] + period - last;
+    for w in ph.windows(2) {
+        if w[1] - w[0] > widest {
+            (widest, start) = (w[1] - w[0], w[1]);
+        }
+    }
+    let mut d: Vec<u64> = ph.iter().map(|&p| (p + period - start) % period).collect();
+    d.sort_unstable();
+    d
+}
+
+/// Scheduling overhead without limits: 2 pipe ping-pong pairs, then 2 threads forking
+/// children that exit at once, 3 s each, in an unlimited cgroup; 3 rounds, each measured
+/// under scx_bandwidth and then under the kernel's own scheduler (scx_bandwidth detached).
+/// Printed: the median throughput of each and scx ÷ kernel.
+pub(super) fn overhead(ctx: &mut Ctx) -> Result<(), String> {
+    const SECS: u64 = 3;
+    let works = [("pingpong", Work::PingPong { pairs: 2 }, "PINGPONG n="), ("forks", Work::Forks { threads: 2 }, "FORKS n=")];
+    let mut rates = vec![[Vec::new(), Vec::new()]; works.len()];
+    for round in 0..3 {
+        for scx in [true, false] {
+            if scx && round > 0 {
+                ctx.start_sched(&[])?;
+            } else if !scx {
+                ctx.stop_sched()?;
+            }
+            for (i, (label, work, key)) in works.iter().enumerate() {
+                let w = ctx.spawn(&Workload { cgroup: "t/o", work: work.clone(), pin: None }, SECS)?;
+                ctx.check_on_scx(w);
+                let st = ctx.wait_workload(w, Duration::from_secs(SECS + 30))?;
+                let n: Option<f64> = ctx.output(w).lines().find_map(|l| l.strip_prefix(key)?.trim().parse().ok());
+                match n {
+                    Some(n) if st.success() => rates[i][usize::from(!scx)].push(n / SECS as f64),
+                    _ => return Err(format!("{label}: {} ({})", crate::sched::describe(st), ctx.output(w).trim())),
+                }
+            }
+        }
+    }
+    for (i, (label, ..)) in works.iter().enumerate() {
+        let med = |v: &mut Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        let (s, k) = (med(&mut rates[i][0]), med(&mut rates[i][1]));
+        ctx.figure(format!("{label}.scx_per_s"), format!("{s:.0}"));
+        ctx.figure(format!("{label}.kernel_per_s"), format!("{k:.0}"));
+        ctx.figure(format!("{label}.ratio"), format!("{:.3}", s / k.max(1e-9)));
+    }
+    Ok(())
+}
+
+/// The agent's cost by number of limited groups, each limited to 10 ms per 100 ms: 10
+/// (all busy), 100 and 1,000 (10 busy, the others with a sleeping process). The
+/// scheduler runs without --stats (nobody asks for statistics); its CPU time over 4 s
+/// after 2 s of warm-up is printed as ms per s, with how often its threads ran, and
+/// every group must be enforced. Beside it, as a yardstick, a SCHED_FIFO thread that does
+/// nothing but wake as often as the busy groups refill (100 times a second): under TCG a
+/// wakeup itself costs far more than on hardware, and the ratio of the two is what means
+/// something there.
+pub(super) fn agent_cost(ctx: &mut Ctx) -> Result<(), String> {
+    ctx.stop_sched()?;
+    for n in [10usize, 100, 1000] {
+        let groups: Vec<&'static str> = (0..n).map(|i| leak(format!("t/ac/g{i:04}"))).collect();
+        let limits: Vec<Limit> = groups.iter().map(|g| lim(g, 10_000, 100_000)).collect();
+        crate::cgroup::create_tree(&groups)?;
+        let cfg = std::path::PathBuf::from(format!("/tmp/agent_cost_{n}.toml"));
+        std::fs::write(&cfg, render_config("agent_cost", &limits)).map_err(|e| format!("{}: {e}", cfg.display()))?;
+        ctx.set_sched_config(Some(cfg));
+        ctx.start_sched_with(&[], false)?;
+        let first = ctx.nr_workloads();
+        let busy = n.min(10);
+        for g in &groups[..busy] {
+            ctx.spawn(&hog(g, 1), 10)?;
+        }
+        let sleepers = Sleepers::spawn(&groups[busy..])?;
+        // The baseline: a thread that only wakes as often as the busy groups refill.
+        let tick_secs = 2 + crate::runner::WINDOW.as_secs();
+        let ticker = ctx.spawn(&Workload { cgroup: "t/tick", work: Work::Ticker { hz: 10 * busy as u32 }, pin: None }, tick_secs)?;
+        sleep(Duration::from_secs(2));
+        let pid = ctx.sched_pid().ok_or("no scheduler")?;
+        let (t0, c0) = (Instant::now(), process_cpu(pid).ok_or("agent gone")?);
+        sleep(crate::runner::WINDOW);
+        let c1 = process_cpu(pid).ok_or("agent gone")?;
+        let secs = t0.elapsed().as_secs_f64();
+        ctx.figure(format!("n{n}.agent_ms_per_s"), format!("{:.1}", c1.0.saturating_sub(c0.0) as f64 / 1e6 / secs));
+        ctx.figure(format!("n{n}.agent_runs_per_s"), format!("{:.0}", c1.1.saturating_sub(c0.1) as f64 / secs));
+        ctx.wait_workload(ticker, Duration::from_secs(30))?;
+        let out = ctx.output(ticker);
+        let field = |k: &str| -> Option<f64> { out.split_whitespace().find_map(|f| f.strip_prefix(k)?.parse().ok()) };
+        match (field("cpu_ns="), field("wakeups=")) {
+            (Some(cpu), Some(w)) => {
+                ctx.figure(format!("n{n}.ticker_ms_per_s"), format!("{:.1}", cpu / 1e6 / tick_secs as f64));
+                ctx.figure(format!("n{n}.ticker_wakeups_per_s"), format!("{:.0}", w / tick_secs as f64));
+            }
+            _ => return Err(format!("ticker: {}", out.trim())),
+        }
+        let enforced = crate::stats::num(&crate::stats::fetch()?, "active_groups")?;
+        if enforced != n as f64 {
+            ctx.fail(format!("{n} groups configured, {enforced} enforced"));
+        }
+        ctx.kill_works(first);
+        drop(sleepers);
+        ctx.stop_sched()?;
+        crate::cgroup::remove_tree("t/ac")?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resume_delays_on_a_grid() {
+        const P: u64 = 100;
+        // Resumes 2, 0, 7 and 5 units after grid points k*P + 30.
+        let d = resume_delays(&[130 + 2, 230, 330 + 7, 430 + 5], P);
+        assert_eq!(d, vec![0, 2, 5, 7]);
+        // The same when the earliest phase is just before a multiple of the period.
+        let d = resume_delays(&[198, 298 + 3, 398 + 1, 498 + 4], P);
+        assert_eq!(d, vec![0, 1, 3, 4]);
+        assert!(resume_delays(&[], P).is_empty());
+    }
+}
