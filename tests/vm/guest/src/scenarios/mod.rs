@@ -6,12 +6,14 @@
 
 use crate::runner::Ctx;
 use bench::{agent_cost, overhead, throttle_cost};
+use scale::scale_scenario;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 mod bench;
+mod scale;
 
 /// One `[[group]]` of the scheduler's config; in --cfs mode written to cpu.max instead.
 #[derive(Clone, Debug)]
@@ -722,44 +724,8 @@ fn short_window(ctx: &mut Ctx, label: &str, during: impl FnOnce(&mut Ctx) -> Res
     Ok(())
 }
 
-/// Groups of the scale scenario: sleepers (one sleeping process each), busy ones (one hog
-/// each) and a chain of limited groups nested SCALE_DEPTH deep.
-const SCALE_SLEEPERS: usize = 1000;
-const SCALE_BUSY: usize = 10;
-const SCALE_DEPTH: usize = 16;
-
 fn leak(s: String) -> &'static str {
     Box::leak(s.into_boxed_str())
-}
-
-fn scale_sleeper(i: usize) -> &'static str {
-    leak(format!("t/s/g{i:04}"))
-}
-
-fn scale_busy(i: usize) -> &'static str {
-    leak(format!("t/b/b{i}"))
-}
-
-/// Level `level` (1-based) of the deep chain t/d/l01/l02/...
-fn scale_chain(level: usize) -> &'static str {
-    leak(format!("t/d{}", (1..=level).map(|l| format!("/l{l:02}")).collect::<String>()))
-}
-
-fn scale_scenario() -> Scenario {
-    let mut limits: Vec<Limit> = (0..SCALE_SLEEPERS).map(|i| lim(scale_sleeper(i), 10_000, 100_000)).collect();
-    // 10 × 0.1 + 0.2 CPU: the hogs leave room on 2 CPUs for the agent and the rest, so
-    // what is measured is enforcement, not how a saturated machine is shared.
-    limits.extend((0..SCALE_BUSY).map(|i| lim(scale_busy(i), 10_000, 100_000)));
-    // Outer levels are looser (0.95 CPU at l01 down to 0.2 at l16): the innermost binds.
-    limits.extend((1..=SCALE_DEPTH).map(|l| lim(scale_chain(l), 20_000 + 5_000 * (SCALE_DEPTH - l) as u64, 100_000)));
-    Scenario {
-        name: "scale",
-        about: "1,000 limited groups with a sleeping process each, 10 busy limited groups and a chain of 16 nested limits: all enforced (busy groups and the innermost level at limit ±5%), agent CPU printed",
-        needs_sched: true,
-        limits,
-        cgroups: vec![],
-        body: Body::Custom(scale),
-    }
 }
 
 /// Processes forked to sleep in a cgroup each; killed and reaped when dropped.
@@ -815,76 +781,6 @@ impl Drop for Sleepers {
             }
         }
     }
-}
-
-/// Scale: 1,026 limited groups at once, 16 of them nested in one chain (the deepest
-/// task's chain holds 16 limited ancestors). Each sleeper group holds a process that
-/// wakes every 10 s; each busy group and the innermost chain level hold a hog. Checked
-/// over the window: every group is enforced (the stats report all of them), the busy
-/// groups and the innermost level use their limit ±5 %, no sleeper was lost. The agent's
-/// CPU time over the window is printed (ms per s).
-fn scale(ctx: &mut Ctx) -> Result<(), String> {
-    let sleeper_groups: Vec<&'static str> = (0..SCALE_SLEEPERS).map(scale_sleeper).collect();
-    let t = Instant::now();
-    let sleepers = Sleepers::spawn(&sleeper_groups)?;
-    ctx.figure("spawn_s", format!("{:.1}", t.elapsed().as_secs_f64()));
-    let busy: Vec<&'static str> = (0..SCALE_BUSY).map(scale_busy).collect();
-    let deep = scale_chain(SCALE_DEPTH);
-    // 8 s: a 0.1-CPU group gets 10 ms per 100 ms period; what a window catches of the
-    // periods at its two ends (up to a quota, plus the CPUs' local slices) is 5 % of 4 s.
-    let window = crate::runner::WINDOW * 2;
-    let seconds = (crate::runner::WARMUP + window).as_secs() + 5;
-    let first = ctx.spawn(&hog(busy[0], 1), seconds)?;
-    for b in &busy[1..] {
-        ctx.spawn(&hog(b, 1), seconds)?;
-    }
-    ctx.spawn(&hog(deep, 1), seconds)?;
-    ctx.check_on_scx(first);
-    sleep(crate::runner::WARMUP);
-
-    let pid = ctx.sched_pid().ok_or("no scheduler")?;
-    let ticks0 = crate::sched::cpu_ticks(pid).unwrap_or(0);
-    let mut watched = busy.clone();
-    watched.push(deep);
-    let used = ctx.measure(&watched, window)?;
-    let ticks = crate::sched::cpu_ticks(pid).unwrap_or(0).saturating_sub(ticks0);
-    let agent_ms_per_s = ticks as f64 * 1e3 / crate::sched::clock_ticks() as f64 / window.as_secs_f64();
-    // Includes the agent's once-a-second statistics table (--stats 1) over all groups.
-    ctx.figure("agent_ms_per_s", format!("{agent_ms_per_s:.1}"));
-
-    let m = crate::stats::fetch()?;
-    let enforced = crate::stats::num(&m, "active_groups")?;
-    let expected = (SCALE_SLEEPERS + SCALE_BUSY + SCALE_DEPTH) as f64;
-    ctx.figure("active_groups", enforced);
-    ctx.figure("idle_groups", crate::stats::num(&m, "idle_groups")?);
-    if enforced != expected {
-        ctx.fail(format!("{enforced} groups enforced, {expected} configured"));
-    }
-    let (mut worst, mut worst_cg) = (1.0f64, "");
-    for (cg, u) in busy.iter().zip(&used) {
-        let r = u / 0.1;
-        if (r - 1.0).abs() > (worst - 1.0f64).abs() {
-            (worst, worst_cg) = (r, cg);
-        }
-    }
-    ctx.figure("busy.worst_ratio", format!("{worst:.3}"));
-    ctx.figure("busy.total_cpus", format!("{:.3}", used[..SCALE_BUSY].iter().sum::<f64>()));
-    if (worst - 1.0).abs() > 0.05 {
-        ctx.fail(format!("{worst_cg}: {:.3} of its 0.1-CPU limit, more than 5 % off", worst));
-    }
-    let deep_used = used[SCALE_BUSY];
-    ctx.figure("deep.usage_cpus", format!("{deep_used:.3}"));
-    ctx.figure("deep.ratio", format!("{:.3}", deep_used / 0.2));
-    if (deep_used / 0.2 - 1.0).abs() > 0.05 {
-        ctx.fail(format!("{deep}: {deep_used:.3} CPUs for its 0.2 limit (16 nested limits), more than 5 % off"));
-    }
-    let alive = sleepers.alive();
-    ctx.figure("sleepers_alive", alive);
-    if alive != SCALE_SLEEPERS {
-        ctx.fail(format!("{alive} of {SCALE_SLEEPERS} sleepers alive"));
-    }
-    drop(sleepers);
-    Ok(())
 }
 
 const CPU1_ONLINE: &str = "/sys/devices/system/cpu/cpu1/online";
