@@ -1,0 +1,147 @@
+use super::hog;
+use crate::runner::Ctx;
+use std::thread::sleep;
+use std::time::Duration;
+
+/// What a monitoring tool sees: `scx_bandwidth --monitor 1` started as a second process
+/// prints the group; its CPU figure averaged over three intervals agrees with cgroupfs
+/// usage over the same time within ±2 %. The stats socket is root-only (0600) and its JSON
+/// carries every field that stats_meta describes, at the top level and per group.
+pub(super) fn monitor(ctx: &mut Ctx) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    let w = ctx.spawn(&hog("t/a", 2), 60)?;
+    ctx.check_on_scx(w);
+    sleep(crate::runner::WARMUP);
+
+    let mode = std::fs::metadata(crate::stats::SOCKET).map_err(|e| format!("{}: {e}", crate::stats::SOCKET))?.permissions().mode();
+    ctx.figure("socket_mode", format!("{:o}", mode & 0o777));
+    if mode & 0o077 != 0 {
+        ctx.fail(format!("stats socket mode {:o}: open to non-root users", mode & 0o777));
+    }
+    let meta = crate::stats::request("stats_meta")?;
+    let m = crate::stats::fetch()?;
+    let g = crate::stats::group(&m, "t/a")?;
+    let mut missing = Vec::new();
+    for (name, target) in [("Metrics", &m), ("GroupMetrics", g)] {
+        let fields = meta[name]["fields"].as_object().ok_or(format!("stats_meta has no {name}"))?;
+        for f in fields.keys() {
+            if target.get(f).is_none() {
+                missing.push(format!("{name}.{f}"));
+            }
+        }
+    }
+    ctx.figure("json_group_fields", g.as_object().map_or(0, |o| o.len()));
+    if !missing.is_empty() {
+        ctx.fail(format!("stats JSON lacks {}", missing.join(",")));
+    }
+
+    // Read the monitor's output as it comes and take cgroupfs's usage the moment each
+    // table's header arrives: the monitor's rows k+1..=n then cover (almost exactly) the
+    // time between the k-th and the n-th header, so both figures describe one window.
+    let mut mon = std::process::Command::new(ctx.sched_bin())
+        .args(["--monitor", "1"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .map_err(|e| format!("start --monitor: {e}"))?;
+    let stdout = mon.stdout.take().ok_or("--monitor: no stdout")?;
+    let reader = std::thread::spawn(move || {
+        use std::io::BufRead;
+        // (when the header arrived, cgroupfs usage then, the t/a row's CPUs)
+        let mut tables: Vec<(u64, Result<u64, String>, Option<f64>)> = Vec::new();
+        let mut text = Vec::new();
+        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+            if line.starts_with("--- scx_bandwidth") {
+                tables.push((crate::workload::mono_ns(), crate::cgroup::read_usage_usec("t/a"), None));
+            } else if let (Some(last), true) = (tables.last_mut(), line.starts_with("t/a ")) {
+                last.2 = line.split_whitespace().nth(3).and_then(|v| v.parse().ok());
+            }
+            text.push(line);
+        }
+        (tables, text)
+    });
+    sleep(Duration::from_millis(5300));
+    let _ = mon.kill();
+    let _ = mon.wait();
+    let (tables, text) = reader.join().map_err(|_| "--monitor reader panicked")?;
+    ctx.figure("monitor_rows", tables.iter().filter(|t| t.2.is_some()).count());
+    // The first table (the window opened before this process saw anything) only anchors
+    // the start; the rows of the next ones are compared.
+    let rows: Vec<f64> = tables.iter().skip(1).filter_map(|t| t.2).collect();
+    if tables.len() < 4 || rows.len() != tables.len() - 1 {
+        let head: Vec<&str> = text.iter().take(5).map(String::as_str).collect();
+        return Err(format!("--monitor printed {} tables, {} rows for t/a: {}", tables.len(), rows.len(), head.join(" | ")));
+    }
+    let (t0, u0) = (tables[0].0, tables[0].1.clone()?);
+    let (t1, u1) = (tables[tables.len() - 1].0, tables[tables.len() - 1].1.clone()?);
+    let cg = (u1 - u0) as f64 * 1e3 / (t1 - t0) as f64;
+    let shown = rows.iter().sum::<f64>() / rows.len() as f64;
+    ctx.figure("monitor_cpus", format!("{shown:.3}"));
+    ctx.figure("cgroupfs_cpus", format!("{cg:.3}"));
+    ctx.figure("window_s", format!("{:.2}", (t1 - t0) as f64 / 1e9));
+    if (shown / cg - 1.0).abs() > 0.01 {
+        ctx.fail(format!("--monitor shows {shown:.3} CPUs, cgroupfs {cg:.3} over the same {} tables: more than 1 % apart", rows.len()));
+    }
+    Ok(())
+}
+
+/// One stats request from a child process running as `uid`:`gid` (no other groups).
+fn fetch_as(uid: u32, gid: u32) -> Result<(), String> {
+    use std::os::unix::process::CommandExt;
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let out = std::process::Command::new(exe)
+        .arg("stats-fetch")
+        .uid(uid)
+        .gid(gid)
+        .output()
+        .map_err(|e| format!("run stats-fetch as {uid}:{gid}: {e}"))?;
+    let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    if out.status.success() && text.contains("STATS groups=1") {
+        Ok(())
+    } else {
+        Err(text.trim().to_string())
+    }
+}
+
+/// Who may read the statistics. Default: the socket is 0600 root, a process running as
+/// nobody:nogroup is refused and root is served. With `--stats-group 4242`: 0660 root:4242,
+/// its directory 0750 root:4242; nobody with gid 4242 is served (the JSON has the group),
+/// nobody with any other gid is still refused.
+pub(super) fn stats_access(ctx: &mut Ctx) -> Result<(), String> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    const NOBODY: u32 = 65534;
+    let sock = std::path::Path::new(crate::stats::SOCKET);
+    let mode = |p: &std::path::Path| -> Result<(u32, u32, u32), String> {
+        let m = std::fs::metadata(p).map_err(|e| format!("stat {}: {e}", p.display()))?;
+        Ok((m.permissions().mode() & 0o777, m.uid(), m.gid()))
+    };
+    let check = |ctx: &mut Ctx, label: &str, uid: u32, gid: u32, allowed: bool| {
+        let r = fetch_as(uid, gid);
+        ctx.figure(format!("{label}.{uid}:{gid}"), if r.is_ok() { "served" } else { "refused" });
+        match (r, allowed) {
+            (Ok(()), false) => ctx.fail(format!("{label}: {uid}:{gid} was served")),
+            (Err(e), true) => ctx.fail(format!("{label}: {uid}:{gid} was refused: {e}")),
+            _ => {}
+        }
+    };
+    let (m, u, g) = mode(sock)?;
+    ctx.figure("default.socket", format!("{m:o}:{u}:{g}"));
+    if m & 0o077 != 0 || u != 0 {
+        ctx.fail(format!("default socket mode {m:o} owner {u}: not root-only"));
+    }
+    check(ctx, "default", 0, 0, true);
+    check(ctx, "default", NOBODY, NOBODY, false);
+
+    ctx.stop_sched()?;
+    ctx.start_sched(&["--stats-group", "4242"])?;
+    let (m, u, g) = mode(sock)?;
+    let (dm, _, dg) = mode(sock.parent().ok_or("socket path")?)?;
+    ctx.figure("group.socket", format!("{m:o}:{u}:{g}"));
+    ctx.figure("group.dir", format!("{dm:o}:{dg}"));
+    if m != 0o660 || u != 0 || g != 4242 || dm != 0o750 || dg != 4242 {
+        ctx.fail(format!("--stats-group 4242: socket {m:o} {u}:{g}, directory {dm:o} group {dg}"));
+    }
+    check(ctx, "group", NOBODY, 4242, true);
+    check(ctx, "group", NOBODY, NOBODY, false);
+    Ok(())
+}
