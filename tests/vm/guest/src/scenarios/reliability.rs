@@ -1,0 +1,499 @@
+use super::{end_fork_storm, hog, leak, lim, measure_ratio, process_cpu, Limit, Work, Workload};
+use crate::runner::Ctx;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+/// The agent stops (SIGSTOP) for 3 s while its group is throttled. Without it nobody
+/// refills the pool, so the group's tasks would stay parked until it comes back (or the
+/// watchdog fires, for a longer stop). The BPF safety net refills a group whose last refill
+/// is 3 periods old: the group keeps running at about a third of its limit, never above
+/// it, the scheduler stays attached, and after SIGCONT the agent enforces ±2 % again.
+pub(super) fn agent_stall(ctx: &mut Ctx) -> Result<(), String> {
+    let w = ctx.spawn(&hog("t/a", 2), 60)?;
+    ctx.check_on_scx(w);
+    measure_ratio(ctx, "before", "t/a", 0.2, 0.02)?;
+    let pid = ctx.sched_pid().ok_or("no scheduler")?;
+    crate::sched::signal(pid, libc::SIGSTOP);
+    let t = Instant::now();
+    sleep(Duration::from_millis(300));
+    let stalled = ctx.measure(&["t/a"], Duration::from_secs(2));
+    let rest = Duration::from_secs(3).saturating_sub(t.elapsed());
+    sleep(rest);
+    crate::sched::signal(pid, libc::SIGCONT);
+    let stalled = stalled?[0];
+    ctx.figure("stalled.usage_cpus", format!("{stalled:.3}"));
+    if stalled < 0.2 / 3.0 * 0.5 {
+        ctx.fail(format!("agent stopped: the group got {stalled:.3} CPUs, parked without a safety net"));
+    }
+    if stalled > 0.2 * 1.05 {
+        ctx.fail(format!("agent stopped: the group got {stalled:.3} CPUs, above its 0.2 limit"));
+    }
+    ctx.healthy()?;
+    measure_ratio(ctx, "after", "t/a", 0.2, 0.02)?;
+    let m = crate::stats::fetch()?;
+    let n = crate::stats::num(crate::stats::group(&m, "t/a")?, "nr_safety_refills")?;
+    ctx.figure("safety_refills", n);
+    if n < 1.0 {
+        ctx.fail("no safety-net refill recorded");
+    }
+    Ok(())
+}
+
+/// 40 busy threads in a group allowed 1 ms per second: one thread runs per period, so a
+/// fair rotation alone would leave each waiting about 40 s, past the sched_ext watchdog's
+/// 30 s (the scheduler would be ejected) and the kernel's 21 s RCU stall warning. Checked over
+/// 40 s: the scheduler stays attached, tasks were rescued, the longest throttle wait is
+/// under 6.5 s (a parked task is looked at when its group's refill releases it: rescue
+/// after 5 s, at the next refill, 1 s here, then a CPU), and the group's usage stays
+/// small: each rescue runs until the next tick at most (≤ 40 × 4 ms per 5 s = 0.032 CPU,
+/// plus the quota).
+pub(super) fn rescue(ctx: &mut Ctx) -> Result<(), String> {
+    let w = ctx.spawn(&hog("t/a", 40), 60)?;
+    ctx.check_on_scx(w);
+    let used = ctx.measure(&["t/a"], Duration::from_secs(40))?[0];
+    ctx.figure("usage_cpus", format!("{used:.4}"));
+    ctx.healthy()?;
+    for e in ctx.exited_works(w) {
+        ctx.fail(e);
+    }
+    let m = crate::stats::fetch()?;
+    let rescued = crate::stats::num(&m, "rescued")?;
+    let g = crate::stats::group(&m, "t/a")?;
+    let wait_max_ms = g["wait_max_us"].as_f64().unwrap_or(f64::NAN) / 1e3;
+    ctx.figure("rescued", rescued);
+    ctx.figure("wait_max_ms", format!("{wait_max_ms:.0}"));
+    if rescued < 1.0 {
+        ctx.fail("no task was rescued");
+    }
+    if !(wait_max_ms < 6500.0) {
+        ctx.fail(format!("a task waited {wait_max_ms:.0} ms parked"));
+    }
+    if used > 0.04 {
+        ctx.fail(format!("rescues let the group use {used:.4} CPUs (limit 0.001)"));
+    }
+    ctx.kill_works(w);
+    Ok(())
+}
+
+/// The 20 limited groups of `stress`: a group with a 1 ms period (quota ≥ 1 ms makes that
+/// 1 CPU), a 3-deep chain (0.45, 0.2 and 0.08 CPU with periods 20 ms, 100 ms and 1 s), 13
+/// small groups with periods 50 ms–1 s, two groups a hog is moved between, and a fork
+/// storm's group. Limits add up to 1.75 CPUs of 2, so every group can reach its own. Each
+/// level of the chain also has an unlimited leaf of equal weight: a limited child's fair
+/// share of its parent (0.225, 0.1) is above its limit, and the parent's limit is reached
+/// through the leaf. (In a chain whose outer period is the longest, the inner groups could
+/// not reach theirs: the outer group spends its quota early in its period and everything
+/// below waits for the rest of it. With a 10 ms outer period the chain's top reached only
+/// 0.947–0.973 of its limit here, the kernel's CFS 0.988: the agent, busy with the 1 ms
+/// group's 1,000 refills a second, is now and then late by more than a period, and a late
+/// timer refills once, as the kernel's does.)
+pub(super) fn stress_limits() -> Vec<Limit> {
+    let mut v = vec![
+        lim("t/s/p1ms", 1_000, 1_000),
+        lim("t/s/n1", 9_000, 20_000),
+        lim("t/s/n1/n2", 20_000, 100_000),
+        lim("t/s/n1/n2/n3", 80_000, 1_000_000),
+        lim("t/s/m1", 4_000, 200_000),
+        lim("t/s/m2", 4_000, 200_000),
+        lim("t/s/fork", 5_000, 100_000),
+    ];
+    let periods = [(1_000_000, 15_000), (500_000, 8_000), (200_000, 3_000), (100_000, 1_500), (50_000, 1_000)];
+    for i in 0..13 {
+        let (period, quota) = periods[i % periods.len()];
+        v.push(lim(leak(format!("t/s/g{i:02}")), quota, period));
+    }
+    v
+}
+
+/// Sustained stress (see `stress_limits`): 39 hog threads — 3 in the 1 ms group, 2 in the
+/// chain's innermost group and 2 in each of its unlimited leaves, 2 in each small group, 1 in m1 and m2 plus a 2-thread hog moved
+/// between them every 100 ms — and a fork storm (1 thread), for 60 s. Checked: the
+/// scheduler stays attached, no workload dies, every group's usage over the last 55 s is
+/// within ±5 % of its limit. The 1 ms group got 0.48-0.66 of it before its pool could be
+/// overdrawn (the kernel's CFS 0.79-0.80 under TCG), 0.974 in 3 runs since (2026-12-01);
+/// the README says where the rest was lost. The fork
+/// storm's group got 0.957-0.986 of its limit in 8 runs (0.945 in one CI run) while slack
+/// was distributed only above a slice, as fair.c does (the kernel's CFS: 0.976-0.984 in 2),
+/// its refills discarding 134 ms of returned runtime in the run that measured it; with slack above 1 ms distributed
+/// 1.003-1.011 in 7 runs, 7-15 ms discarded (`small_quota` isolates this). `short_period` checks a 2 ms group alone, agent stopped or not.
+pub(super) fn stress(ctx: &mut Ctx) -> Result<(), String> {
+    const RUN: Duration = Duration::from_secs(60);
+    const SKIP: Duration = Duration::from_secs(3);
+    let limits = stress_limits();
+    let secs = RUN.as_secs() + 5;
+    // The hogs outlive the run by a minute (the runner kills them at the end): each spawn
+    // may wait up to JOIN_TIMEOUT for its cgroup (see runner.rs), and hogs that
+    // ran out of time before the window ended would make their groups look short. One CI
+    // run saw joins of 2.7-5.2 s and 13 hogs exit early. The fork storm, spawned last,
+    // keeps `secs`: its end is waited for.
+    let hog_secs = secs + 60;
+    let first = ctx.nr_workloads();
+    ctx.spawn(&hog("t/s/p1ms", 3), hog_secs)?;
+    ctx.spawn(&hog("t/s/n1/n2/n3", 2), hog_secs)?;
+    ctx.spawn(&hog("t/s/n1/n2/u", 2), hog_secs)?;
+    ctx.spawn(&hog("t/s/n1/u", 2), hog_secs)?;
+    ctx.spawn(&hog("t/s/m1", 1), hog_secs)?;
+    ctx.spawn(&hog("t/s/m2", 1), hog_secs)?;
+    let mover = ctx.spawn(&hog("t/s/m1", 2), hog_secs)?;
+    for l in &limits[7..] {
+        ctx.spawn(&hog(l.cgroup, 2), hog_secs)?;
+    }
+    let storm = ctx.spawn(
+        &Workload {
+            cgroup: "t/s/fork",
+            work: Work::Forks { threads: 1 },
+            pin: None,
+        },
+        secs,
+    )?;
+    ctx.check_on_scx(first);
+    let pid = ctx.workload_pid(mover).ok_or("moved hog gone")?;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let moves = {
+        let stop = stop.clone();
+        std::thread::spawn(move || -> Result<u64, String> {
+            let mut n = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let to = if n % 2 == 0 { "t/s/m2" } else { "t/s/m1" };
+                std::fs::write(crate::cgroup::path(to).join("cgroup.procs"), pid.to_string())
+                    .map_err(|e| format!("move hog to {to}: {e}"))?;
+                n += 1;
+                sleep(Duration::from_millis(100));
+            }
+            Ok(n)
+        })
+    };
+    sleep(SKIP);
+    let names: Vec<&str> = limits.iter().map(|l| l.cgroup).collect();
+    let agent0 = ctx.sched_pid().and_then(process_cpu).map(|c| (Instant::now(), c));
+    let used = ctx.measure(&names, RUN - SKIP - Duration::from_secs(2));
+    // How much of a CPU the agent took meanwhile, and how often its threads ran: what
+    // a period timer as short as 1 ms costs in user space here.
+    if let Some((t0, (ns0, runs0))) = agent0 {
+        if let Some((ns, runs)) = ctx.sched_pid().and_then(process_cpu) {
+            let secs = t0.elapsed().as_secs_f64();
+            ctx.figure("agent_cpus", format!("{:.3}", ns.saturating_sub(ns0) as f64 / 1e9 / secs));
+            ctx.figure("agent_runs_per_s", format!("{:.0}", runs.saturating_sub(runs0) as f64 / secs));
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let moves = moves.join().map_err(|_| "mover panicked".to_string())?;
+    let used = used?;
+    ctx.figure("moves", moves.as_ref().map_or_else(|e| e.clone(), |n| n.to_string()));
+    if let Err(e) = moves {
+        ctx.fail(e);
+    }
+    ctx.healthy()?;
+    for e in ctx.exited_works(first) {
+        ctx.fail(e);
+    }
+    let mut worst = 1.0f64;
+    for (l, u) in limits.iter().zip(&used) {
+        let r = u / l.cpus();
+        ctx.figure(format!("{}.ratio", crate::runner::short(l.cgroup)), format!("{r:.3}"));
+        if (r - 1.0).abs() > (worst - 1.0).abs() {
+            worst = r;
+        }
+        if (r - 1.0).abs() > 0.05 {
+            ctx.fail(format!("{}: {u:.3} CPUs over {}s, limit {:.3}: more than 5 % off", l.cgroup, (RUN - SKIP).as_secs() - 2, l.cpus()));
+        }
+    }
+    ctx.figure("worst_ratio", format!("{worst:.3}"));
+    if ctx.has_sched() {
+        let m = crate::stats::fetch()?;
+        for k in ["rescued", "safety_refills", "short_period_refills", "short_period_caught_up", "short_period_missed", "slice_timer_kicks", "timer_late_p99_us", "event_lost"] {
+            ctx.figure(k, crate::stats::num(&m, k)?);
+        }
+        let g = crate::stats::group(&m, "t/s/fork")?;
+        ctx.figure("fork.discard_ms", format!("{:.1}", crate::stats::num(g, "throttled_discard_usec")? / 1e3));
+    }
+    end_fork_storm(ctx, storm, 100, Duration::from_secs(15))
+}
+
+/// Least share of a CPU the busy thread of `rt_neighbour` must get.
+const RT_HOG_MIN: f64 = 0.95;
+/// A stretch this long without running is the busy thread of `rt_neighbour` waiting out
+/// a whole RT burn (50 ms) on the CPU the RT thread took; the agent, also SCHED_FIFO,
+/// runs up to about 12 ms at a time, and with both CPUs taken no task can run.
+const RT_STUCK_MS: f64 = 40.0;
+/// Such waits tolerated in one run (see `rt_neighbour`).
+const RT_STUCK_ALLOWED: usize = 1;
+
+/// An RT task that takes a CPU must not hold up the sched_ext task it preempted while the
+/// other CPU idles: the kernel leaves that task at the head of the taken CPU's local
+/// queue, where no other CPU looks (ops.cpu_release sends it back through enqueue). The
+/// scheduler's own agent is such an RT task. A SCHED_FIFO thread pinned to CPU 1 burns
+/// 50 ms and sleeps 50 ms; one busy thread of an unlimited group beside it (`gaps`, which
+/// reports every stretch it did not run) has CPU 0 free all the time. Checked: it gets at
+/// least RT_HOG_MIN of a CPU and waits out a whole burn at most RT_STUCK_ALLOWED times.
+/// Measured 2026-12-01: 0.986-0.993 CPU and one such wait in 3 of 7 runs (`long_gaps`
+/// prints each wait over 20 ms with the CPU before and after); with cpu_release doing
+/// nothing 0.925-0.936 CPU and 16-18 such waits a run; the kernel's CFS (`--no-sched`,
+/// where it passes too) 0.999 CPU, longest wait 7.5 and 9.0 ms. Variants of the callback
+/// that did better here but worse elsewhere: README, "burst latency".
+pub(super) fn rt_neighbour(ctx: &mut Ctx) -> Result<(), String> {
+    const WINDOW: Duration = Duration::from_secs(8);
+    let secs = (crate::runner::WARMUP + WINDOW).as_secs() + 3;
+    let busy = ctx.spawn(&Workload { cgroup: "t/a", work: Work::Gaps, pin: None }, secs)?;
+    ctx.check_on_scx(busy);
+    ctx.spawn(&Workload { cgroup: "t/rt", work: Work::RtDuty { burn_ms: 50, sleep_ms: 50 }, pin: Some(1) }, secs)?;
+    let before = if ctx.has_sched() { Some(crate::stats::fetch()?) } else { None };
+    sleep(crate::runner::WARMUP);
+    let u = ctx.measure(&["t/a", "t/rt"], WINDOW)?;
+    ctx.figure("busy_cpus", format!("{:.3}", u[0]));
+    ctx.figure("rt_cpus", format!("{:.3}", u[1]));
+    if let Some(before) = before {
+        let after = crate::stats::fetch()?;
+        ctx.figure("reenqueued", crate::stats::delta(&before, &after, "reenqueued")?);
+    }
+    let st = ctx.wait_workload(busy, Duration::from_secs(30))?;
+    if !st.success() {
+        return Err(format!("gaps workload: {}", crate::sched::describe(st)));
+    }
+    let out = ctx.output(busy);
+    let gaps = crate::workload::parse_gaps(&out);
+    let ms = |g: &crate::workload::Gap| g.len_ns as f64 / 1e6;
+    let stuck = gaps.iter().filter(|g| ms(g) >= RT_STUCK_MS).count();
+    // Where the long waits were: on the RT thread's CPU throughout (1>1), or not.
+    let long: Vec<String> = gaps.iter().filter(|g| ms(g) >= RT_STUCK_MS / 2.0).map(|g| format!("{:.1}@cpu={}", ms(g), g.cpus)).collect();
+    ctx.figure("long_gaps", format!("[{}]", long.join(",")));
+    ctx.figure("gaps_over_2ms", gaps.len());
+    ctx.figure("stuck", stuck);
+    ctx.figure("gap_max_ms", format!("{:.1}", gaps.iter().map(ms).fold(0.0, f64::max)));
+    if u[1] < 0.25 {
+        ctx.fail(format!("the RT thread got {:.3} CPUs, not the ~0.5 it asks for: nothing was tested", u[1]));
+    }
+    if u[0] < RT_HOG_MIN {
+        ctx.fail(format!("the busy thread got {:.3} CPUs beside an RT thread on the other CPU, min {RT_HOG_MIN}", u[0]));
+    }
+    if stuck > RT_STUCK_ALLOWED {
+        ctx.fail(format!("the busy thread went {stuck} times {RT_STUCK_MS} ms or more without running while a CPU was free (allowed {RT_STUCK_ALLOWED})"));
+    }
+    Ok(())
+}
+
+/// Longest a cgroup move may wait in `move_latency`: 0.4 of the group's 250 ms period, five
+/// times the longest seen under the kernel's CFS.
+const MOVE_MAX_MS: f64 = 100.0;
+/// Moves that may wait longer in one run (see `move_latency`).
+const MOVE_STALLS_ALLOWED: usize = 1;
+
+/// Cgroup moves are not held up by throttling. A move (a write to cgroup.procs) takes
+/// cgroup_threadgroup_rwsem for writing, which every fork holds for reading, and waits for
+/// an RCU grace period; a task of a throttled group parked inside fork, inside an RCU
+/// read-side section, or inside a page fault that a sibling's fork waits for, holds it up
+/// until its group's refill (README, "Tasks holding the kernel up run on credit").
+/// Set-up: a 5 ms / 250 ms group runs 16 threads forking children that exit at once, so it
+/// is throttled each period with tasks in the kernel, while a hog in an unlimited cgroup is
+/// moved between t/m1 and t/m2 every 20 ms for 10 s. At most MOVE_STALLS_ALLOWED moves may
+/// wait over MOVE_MAX_MS, none over 1.5 periods, and the fork storm must end within 30 s.
+/// A move waiting past MOVE_MAX_MS prints what it and the group wait on (StallWatch), and
+/// the group's per-CPU local runtime must hold one entry per CPU, none above a slice.
+/// Measured 2026-12-01 (TCG): the longest move 16.3-23.9 ms in 13 of 15 runs (three in CI
+/// runs), one stalled move in the other 2 (246.4, 250.1 ms: something else still parks
+/// holding what a move needs); with `--park-in-kernel` (parking anywhere, as before) 3-5 stalled moves in 3 of
+/// 4 runs (up to 731 ms), the fork storm stuck past its end in 2 of 4; the kernel's CFS
+/// 19.7 ms. And the group's usage over the 40 periods within one quota plus the most credit
+/// may be owed (10 ms) of its limit: 0.983-1.022. Later that day a stalled move in 7 of 47
+/// runs, 4 failing (up to 2.0 s: a CPU deep in debt swallowed each refill); since refills
+/// pay the debts first and release the tasks parked holding the kernel up ahead of the
+/// rest, 1 of 30 (259 ms), none failing, usage 0.962-1.047.
+/// The limit of `move_latency`'s forking group.
+pub(super) const MOVE_QUOTA_US: u64 = 5_000;
+pub(super) const MOVE_PERIOD_US: u64 = 250_000;
+
+pub(super) fn move_latency(ctx: &mut Ctx) -> Result<(), String> {
+    const RUN: Duration = Duration::from_secs(10);
+    const QUOTA_US: u64 = MOVE_QUOTA_US;
+    const PERIOD_US: u64 = MOVE_PERIOD_US;
+    let storm = ctx.spawn(
+        &Workload {
+            cgroup: "t/q",
+            work: Work::Forks { threads: 16 },
+            pin: None,
+        },
+        RUN.as_secs() + 5,
+    )?;
+    let moved = ctx.spawn(&hog("t/m1", 1), RUN.as_secs() + 8)?;
+    ctx.check_on_scx(storm);
+    let pid = ctx.workload_pid(moved).ok_or("moved hog gone")?;
+    sleep(Duration::from_secs(2));
+    let before = if ctx.has_sched() { Some(crate::stats::fetch()?) } else { None };
+    let usage0 = crate::cgroup::read_usage_usec("t/q")?;
+    let mut lat = Vec::new();
+    let watch = StallWatch::start(MOVE_MAX_MS, "t/q");
+    let start = Instant::now();
+    let end = start + RUN;
+    while Instant::now() < end {
+        let to = if lat.len() % 2 == 0 { "t/m2" } else { "t/m1" };
+        let t = Instant::now();
+        watch.begin();
+        let res = std::fs::write(crate::cgroup::path(to).join("cgroup.procs"), pid.to_string());
+        watch.end();
+        res.map_err(|e| format!("move to {to}: {e}"))?;
+        lat.push(t.elapsed().as_secs_f64() * 1e3);
+        sleep(Duration::from_millis(20));
+    }
+    for l in watch.finish() {
+        println!("# move_latency: {l}");
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let used = (crate::cgroup::read_usage_usec("t/q")? - usage0) as f64 / 1e6 / secs;
+    let ratio = used / (QUOTA_US as f64 / PERIOD_US as f64);
+    // One quota of phase, and what the group's CPUs may owe for runs on credit, not yet
+    // paid (BW_DEBT_MAX_NS, 10 ms).
+    let tol = (QUOTA_US as f64 + 10_000.0) / (QUOTA_US as f64 * secs * 1e6 / PERIOD_US as f64);
+    ctx.figure("q.ratio", format!("{ratio:.3}"));
+    ctx.figure("q.tol", format!("{tol:.3}"));
+    if (ratio - 1.0).abs() > tol {
+        ctx.fail(format!("t/q used {used:.4} CPUs, {ratio:.3} of its limit (tolerance {tol:.3})"));
+    }
+    lat.sort_by(f64::total_cmp);
+    let pct = |q| crate::workload::percentile(&lat, q).unwrap_or(f64::NAN);
+    let max = lat.last().copied().unwrap_or(f64::NAN);
+    ctx.figure("moves", lat.len());
+    ctx.figure("p50_ms", format!("{:.2}", pct(50.0)));
+    ctx.figure("p99_ms", format!("{:.2}", pct(99.0)));
+    ctx.figure("max_ms", format!("{max:.1}"));
+    ctx.figure("over_10ms", lat.iter().filter(|&&l| l > 10.0).count());
+    let stalled = lat.iter().filter(|&&l| l > MOVE_MAX_MS).count();
+    ctx.figure("stalled", stalled);
+    if let Some(before) = before {
+        let after = crate::stats::fetch()?;
+        for f in ["nr_throttled", "nr_parked"] {
+            ctx.figure(f, crate::stats::group_delta(&before, &after, "t/q", f)?);
+        }
+        for k in ["kernel_credit", "kernel_debt", "kernel_held_first"] {
+            ctx.figure(k, crate::stats::delta(&before, &after, k)?);
+        }
+        // The local runtime each CPU holds: one entry per CPU, never above a slice (a pull
+        // tops it up to 5 ms), below 0 by what ran on credit.
+        let local: Vec<i64> = crate::stats::group(&after, "t/q")?["local_usec"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|v| v.as_i64()).collect())
+            .unwrap_or_default();
+        ctx.figure("local_usec", format!("{local:?}").replace(' ', ""));
+        let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+        if local.len() != cpus || local.iter().any(|&us| us > 5_000) {
+            ctx.fail(format!("t/q's local_usec {local:?}: want {cpus} entries, none above a slice (5000)"));
+        }
+    }
+    if stalled > MOVE_STALLS_ALLOWED || !(max <= MOVE_PERIOD_US as f64 / 1e3 * 1.5) {
+        ctx.fail(format!(
+            "{stalled} cgroup moves waited over {MOVE_MAX_MS} ms (at most {MOVE_STALLS_ALLOWED} may), the longest {max:.1} ms (at most 1.5 periods)"
+        ));
+    }
+    // 16 threads share 5 ms every 250 ms: past its end each must get a turn to see it.
+    // One CI run found the storm still running 15 s after (no move stalled); parking
+    // anywhere left it running in 2 of 4 runs.
+    end_fork_storm(ctx, storm, 20, Duration::from_secs(30))
+}
+
+/// Watches a thread's blocking operation (a cgroup move) from another thread. The first
+/// two times one takes longer than `after_ms` it records what the waiting thread's kernel
+/// stack shows, the scheduler's pool and per-CPU local runtimes of `cgroup`, and the state
+/// and kernel stack of every thread of `cgroup` that is not sleeping and of every runnable
+/// or blocked thread elsewhere, so a failed run shows what the move waited for.
+struct StallWatch {
+    started_ns: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<Vec<String>>,
+}
+
+impl StallWatch {
+    fn start(after_ms: f64, cgroup: &'static str) -> Self {
+        let started_ns = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        // SAFETY: gettid has no preconditions.
+        let waiter = unsafe { libc::gettid() };
+        let (s, st) = (started_ns.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            let mut out = Vec::new();
+            let mut seen = 0;
+            while !st.load(Relaxed) && out.len() < 2 {
+                sleep(Duration::from_millis(10));
+                let at = s.load(Relaxed);
+                if at == 0 || at == seen || crate::workload::mono_ns().saturating_sub(at) < (after_ms * 1e6) as u64 {
+                    continue;
+                }
+                seen = at;
+                out.push(stall_snapshot(waiter, cgroup, at));
+            }
+            out
+        });
+        StallWatch { started_ns, stop, thread }
+    }
+
+    fn begin(&self) {
+        self.started_ns.store(crate::workload::mono_ns(), Relaxed);
+    }
+
+    fn end(&self) {
+        self.started_ns.store(0, Relaxed);
+    }
+
+    /// Stops watching; the snapshots taken, one line each.
+    fn finish(self) -> Vec<String> {
+        self.stop.store(true, Relaxed);
+        self.thread.join().unwrap_or_default()
+    }
+}
+
+/// The innermost frames of a thread's kernel stack, innermost first ("a<b<c").
+fn kernel_stack(tid: &str) -> String {
+    std::fs::read_to_string(format!("/proc/{tid}/stack"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(1))
+        .map(|f| f.split('+').next().unwrap_or(f).to_string())
+        .take(6)
+        .collect::<Vec<_>>()
+        .join("<")
+}
+
+/// A thread's state letter (R, S, D, ...) from /proc/TID/stat.
+fn thread_state(tid: &str) -> String {
+    crate::sched::stat_fields(tid).and_then(|f| f.into_iter().next()).unwrap_or_else(|| "?".into())
+}
+
+/// One line for StallWatch: `waiter`, `cgroup` and the rest, `since` (mono ns) a wait began.
+fn stall_snapshot(waiter: i32, cgroup: &str, since: u64) -> String {
+    let waiter = waiter.to_string();
+    let mut line = format!(
+        "stall at {:.0} ms: mover {} [{}]",
+        crate::workload::mono_ns().saturating_sub(since) as f64 / 1e6,
+        thread_state(&waiter),
+        kernel_stack(&waiter)
+    );
+    if let Ok(m) = crate::stats::fetch() {
+        if let Ok(g) = crate::stats::group(&m, cgroup) {
+            line += &format!(" {cgroup}: pool_usec={} local_usec={}", g["pool_usec"], g["local_usec"]);
+        }
+    }
+    let tids = std::fs::read_to_string(crate::cgroup::path(cgroup).join("cgroup.threads")).unwrap_or_default();
+    let ours: Vec<&str> = tids.split_whitespace().collect();
+    let mut sleeping = 0;
+    for &tid in &ours {
+        let st = thread_state(tid);
+        if st == "S" {
+            sleeping += 1;
+        } else {
+            line += &format!(" | {tid} {st} [{}]", kernel_stack(tid));
+        }
+    }
+    line += &format!(" | {sleeping} more sleeping");
+    for (_, tid) in crate::sched::all_tids() {
+        let tid = tid.to_string();
+        if ours.contains(&tid.as_str()) || tid == waiter {
+            continue;
+        }
+        let st = thread_state(&tid);
+        if st == "R" || st == "D" {
+            let comm = std::fs::read_to_string(format!("/proc/{tid}/comm")).unwrap_or_default();
+            line += &format!(" | elsewhere {tid} {} {st} [{}]", comm.trim(), kernel_stack(&tid));
+        }
+    }
+    line
+}
