@@ -1,7 +1,62 @@
-use super::{end_fork_storm, hog, Check, Work, Workload};
+use super::{custom, end_fork_storm, hog, lim, one_phase, Body, Check, Limit, Scenario, Work, Workload};
 use crate::runner::Ctx;
 use std::thread::sleep;
 use std::time::Duration;
+
+/// The scenarios of this file, in the order a run takes them.
+pub(super) fn scenarios() -> Vec<Scenario> {
+    vec![
+        Scenario {
+            name: "small_quota",
+            about: "fork storm in a 5ms/100ms group (quota = one slice) beside 4 unlimited hogs: usage within ±5 % of the limit, at most 1 % of its quota discarded by refills while throttled",
+            needs_sched: false,
+            limits: vec![lim("t/q", SMALL_QUOTA_US, SMALL_PERIOD_US)],
+            cgroups: vec!["t/q", "t/bg"],
+            body: Body::Custom(small_quota),
+        },
+        Scenario {
+            name: "burst_hog",
+            about: "60ms/100ms + 60ms burst, 2 hogs: usage <= limit (1 + burst/(quota periods)) + 2%",
+            needs_sched: false,
+            limits: vec![Limit { burst_us: 60_000, ..lim("t/a", 60_000, 100_000) }],
+            cgroups: vec![],
+            body: one_phase(
+                vec![hog("t/a", 2)],
+                // 40 periods in the 4 s window: 1 + 60/(60·40) = 1.025, + 2 %.
+                vec![Check::AtMostLimit { cgroup: "t/a", tol: 0.045 }, Check::AtLeastLimit { cgroup: "t/a", tol: 0.02 }],
+            ),
+        },
+        custom(
+            "burst_latency_strict",
+            "100ms/100ms, no burst, 2 threads burning 60ms every 200ms: throttled, first burns > 66ms",
+            false,
+            lim("t/a", 100_000, 100_000),
+            bursty_strict,
+        ),
+        custom(
+            "burst_latency",
+            "100ms/100ms + 100ms burst, 2 threads burning 60ms every 200ms: never throttled, p99 burn <= 66ms",
+            false,
+            Limit { burst_us: 100_000, ..lim("t/a", 100_000, 100_000) },
+            bursty_burst,
+        ),
+        custom(
+            "under_quota",
+            "60ms/100ms + 60ms burst, 2 threads burning 20ms every 100ms: used_nr_bursts == 0",
+            false,
+            Limit { burst_us: 60_000, ..lim("t/a", 60_000, 100_000) },
+            under_quota,
+        ),
+        Scenario {
+            name: "slack",
+            about: "400ms/400ms, hog on CPU 0 + 400ms-on/400ms-off on CPU 1: group at cap ±1% with and without slack return",
+            needs_sched: true,
+            limits: vec![lim("t/a", 400_000, 400_000)],
+            cgroups: vec!["t/a/x", "t/a/y"],
+            body: Body::Custom(slack),
+        },
+    ]
+}
 
 /// Two threads burning 60 ms of CPU then sleeping 140 ms for 20 s: 0.6 CPU on average,
 /// 1.2 CPUs while both burn. Under a strict 1-CPU quota the peaks are throttled: the
@@ -104,11 +159,11 @@ fn busiest_threads(before: &std::collections::BTreeMap<(u32, u32), (String, u64,
     used.into_iter().take(n).map(|u| u.1).collect::<Vec<_>>().join(",")
 }
 
-pub(super) fn bursty_strict(ctx: &mut Ctx) -> Result<(), String> {
+fn bursty_strict(ctx: &mut Ctx) -> Result<(), String> {
     bursty(ctx, false)
 }
 
-pub(super) fn bursty_burst(ctx: &mut Ctx) -> Result<(), String> {
+fn bursty_burst(ctx: &mut Ctx) -> Result<(), String> {
     bursty(ctx, true)
 }
 
@@ -206,7 +261,7 @@ impl StatsSpan {
 /// measured up to 54 ms with 22 ms burns) must
 /// show used_nr_bursts == 0. The kernel-defined nr_bursts counts runtime handed to CPUs
 /// in slices and is printed beside it.
-pub(super) fn under_quota(ctx: &mut Ctx) -> Result<(), String> {
+fn under_quota(ctx: &mut Ctx) -> Result<(), String> {
     let w = Workload {
         cgroup: "t/a",
         work: Work::Duty { threads: 2, burn_ms: 20, sleep_ms: 80 },
@@ -254,7 +309,7 @@ pub(super) fn under_quota(ctx: &mut Ctx) -> Result<(), String> {
 /// since 5.4 either), so what B's CPU keeps while B sleeps is spent by B when it wakes,
 /// leaving that much more of the pool to A then. Slack return moves A's share earlier;
 /// over whole periods it is the same. `a_gain` prints the difference.
-pub(super) fn slack(ctx: &mut Ctx) -> Result<(), String> {
+fn slack(ctx: &mut Ctx) -> Result<(), String> {
     const WINDOW: Duration = Duration::from_secs(12);
     let mut a_cpus = [0.0; 2];
     for (i, mode) in ["on", "off"].into_iter().enumerate() {
@@ -338,10 +393,10 @@ pub(super) fn slack(ctx: &mut Ctx) -> Result<(), String> {
 /// 12 s window in 4 runs here. Distributing slack above 1 ms (pools::worth_distributing):
 /// 0.0-3.5 ms in 8 runs. Checked: usage ±5 % of the limit, and under the scheduler at most
 /// 1 % of the window's quota (6 ms) discarded.
-pub(super) const SMALL_QUOTA_US: u64 = 5_000;
-pub(super) const SMALL_PERIOD_US: u64 = 100_000;
+const SMALL_QUOTA_US: u64 = 5_000;
+const SMALL_PERIOD_US: u64 = 100_000;
 
-pub(super) fn small_quota(ctx: &mut Ctx) -> Result<(), String> {
+fn small_quota(ctx: &mut Ctx) -> Result<(), String> {
     const WINDOW: Duration = Duration::from_secs(12);
     let limit = SMALL_QUOTA_US as f64 / SMALL_PERIOD_US as f64;
     let storm = ctx.spawn(

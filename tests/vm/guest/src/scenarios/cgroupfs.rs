@@ -1,7 +1,39 @@
-use super::{hog, leak, measure_ratio};
+use super::{hog, leak, measure_ratio, Body, Scenario};
 use crate::runner::Ctx;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
+
+/// The scenarios of this file, in the order a run takes them.
+pub(super) fn scenarios() -> Vec<Scenario> {
+    vec![
+        Scenario {
+            name: "deep_cpu_max",
+            about: "cpu.max on 17 nested cgroups (one more than a chain holds): the scheduler stays, the 16 outermost limits are enforced (±5%), the cut is an error in the log and a stat",
+            needs_sched: true,
+            limits: vec![],
+            // Only the top: the body creates the 17 levels (t/c01/../c17); the runner
+            // removes the tree afterwards.
+            cgroups: vec!["t/c01"],
+            body: Body::Custom(deep_cpu_max),
+        },
+        Scenario {
+            name: "cpu_max",
+            about: "no config: cpu.max set before attach and written while running is enforced (±2%), \"max\" frees, cpu.max.burst lets a paused group burst",
+            needs_sched: true,
+            limits: vec![],
+            cgroups: vec!["t/a"],
+            body: Body::Custom(cpu_max),
+        },
+        Scenario {
+            name: "churn",
+            about: "no config: 200 cpu.max-limited cgroups created and removed in a loop for 30 s while a hog moves between them; a group removed while throttled comes back with its new limit",
+            needs_sched: true,
+            limits: vec![],
+            cgroups: vec!["t/h", "t/c"],
+            body: Body::Custom(churn),
+        },
+    ]
+}
 
 /// Limits written to cgroupfs, as systemd, Docker or Kubernetes do, with no configuration:
 /// (1) a cpu.max set before the scheduler starts is enforced from attach on; (2) one written
@@ -14,7 +46,7 @@ use std::time::{Duration, Instant};
 /// and the agent logs an error and counts it; before, BPF called scx_bpf_error and the
 /// whole scheduler was unloaded. Levels 1-15: 1.5 CPUs, level 16: 0.3, level 17 (the one
 /// cut off): 0.1. A hog at level 17 must get 0.3 ±5 %.
-pub(super) fn deep_cpu_max(ctx: &mut Ctx) -> Result<(), String> {
+fn deep_cpu_max(ctx: &mut Ctx) -> Result<(), String> {
     const LEVELS: usize = 17;
     let paths: Vec<&'static str> = (1..=LEVELS).map(|l| leak(format!("t{}", (1..=l).map(|i| format!("/c{i:02}")).collect::<String>()))).collect();
     crate::cgroup::create_tree(&[paths[LEVELS - 1]])?;
@@ -50,7 +82,7 @@ pub(super) fn deep_cpu_max(ctx: &mut Ctx) -> Result<(), String> {
     Ok(())
 }
 
-pub(super) fn cpu_max(ctx: &mut Ctx) -> Result<(), String> {
+fn cpu_max(ctx: &mut Ctx) -> Result<(), String> {
     // (1) Limit in place before attach.
     ctx.stop_sched()?;
     crate::cgroup::create_tree(&["t/pre"])?;
@@ -121,7 +153,7 @@ pub(super) fn cpu_max(ctx: &mut Ctx) -> Result<(), String> {
 /// into a new one every 50 ms, then all are removed, again and again. The scheduler stays
 /// attached, the hog is never lost, and the number of enforced groups returns to its
 /// baseline: every slot of a removed cgroup was given back.
-pub(super) fn churn(ctx: &mut Ctx) -> Result<(), String> {
+fn churn(ctx: &mut Ctx) -> Result<(), String> {
     use crate::cgroup::{create_tree, remove_tree, write_cpu_max};
     let base = crate::stats::num(&crate::stats::fetch()?, "active_groups")?;
     // The hog lives in t/h between moves (t/c has children, so it may hold no task).

@@ -1,7 +1,64 @@
-use super::{hog, lim, measure_ratio, render_config};
+use super::{custom, hog, lim, measure_ratio, render_config, Body, Scenario};
 use crate::runner::Ctx;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
+
+/// The scenarios of this file, in the order a run takes them.
+pub(super) fn scenarios() -> Vec<Scenario> {
+    vec![
+        Scenario {
+            name: "attach",
+            about: "empty config: attaches as scx_bandwidth, detaches cleanly on SIGINT",
+            needs_sched: true,
+            limits: vec![],
+            cgroups: vec![],
+            body: Body::Phases(vec![], vec![]),
+        },
+        custom(
+            "exit_parked",
+            "SIGTERM to 4 threads parked by a 10ms/100ms limit: all exit within 1 s",
+            false,
+            lim("t/a", 10_000, 100_000),
+            exit_parked,
+        ),
+        custom(
+            "deferred_ctx",
+            "task contexts not made by init_task (as when its allocation fails): made at first use, 30ms/100ms held ±2%",
+            true,
+            lim("t/a", 30_000, 100_000),
+            deferred_ctx,
+        ),
+        custom(
+            "reload",
+            "SIGHUP: a new limit applies (±2%); a broken config is refused with an error naming it and the old limit stays",
+            true,
+            lim("t/a", 30_000, 100_000),
+            reload,
+        ),
+        Scenario {
+            name: "hotplug",
+            about: "CPU 1 offline/online every 500 ms for 20 s under two throttled groups and a limited unthrottled one: scheduler stays attached, runtime of the CPU going away returns to the pools, usage = limit ±5%, every hog finishes",
+            needs_sched: true,
+            limits: vec![lim("t/a", 30_000, 100_000), lim("t/b", 15_000, 50_000), lim("t/c", 150_000, 100_000)],
+            cgroups: vec![],
+            body: Body::Custom(hotplug),
+        },
+        custom(
+            "sigkill_throttled",
+            "SIGKILL of the agent while a group is throttled: sched_ext disabled, every task finishes under the default scheduler",
+            true,
+            lim("t/a", 20_000, 100_000),
+            sigkill_throttled,
+        ),
+        custom(
+            "sigint_throttled",
+            "SIGINT while a group is throttled: clean detach, the hog finishes normally",
+            true,
+            lim("t/a", 20_000, 100_000),
+            sigint_throttled,
+        ),
+    ]
+}
 
 const CPU1_ONLINE: &str = "/sys/devices/system/cpu/cpu1/online";
 
@@ -26,7 +83,7 @@ impl Drop for Cpu1Back {
 /// restarted (its hotplug counter saw every toggle), CPUs gave runtime back, both throttled
 /// groups used their limit ±5 % over the loop, and the hogs all finish (a lost task would
 /// hang them).
-pub(super) fn hotplug(ctx: &mut Ctx) -> Result<(), String> {
+fn hotplug(ctx: &mut Ctx) -> Result<(), String> {
     const LOOP: Duration = Duration::from_secs(20);
     if !std::fs::read_to_string(CPU1_ONLINE).is_ok_and(|s| s.trim() == "1") {
         return Err(format!("{CPU1_ONLINE}: CPU 1 is not hot-pluggable or not online"));
@@ -113,7 +170,7 @@ fn throttled_hog(ctx: &mut Ctx, threads: u32, seconds: u64, signal: &str) -> Res
 /// The agent dies (SIGKILL) while its group is throttled and tasks are parked: the kernel
 /// detaches the scheduler when the agent's link goes away, and every task, parked ones
 /// included, goes on under the fair class: the hog finishes at its own time with status 0.
-pub(super) fn sigkill_throttled(ctx: &mut Ctx) -> Result<(), String> {
+fn sigkill_throttled(ctx: &mut Ctx) -> Result<(), String> {
     const HOG_S: u64 = 6;
     let t0 = Instant::now();
     let w = throttled_hog(ctx, 4, HOG_S, "SIGKILL")?;
@@ -142,7 +199,7 @@ pub(super) fn sigkill_throttled(ctx: &mut Ctx) -> Result<(), String> {
 
 /// Detaching must release throttled tasks: after SIGINT they run under the fair class again,
 /// so the hog has to finish on its own schedule and exit 0.
-pub(super) fn sigint_throttled(ctx: &mut Ctx) -> Result<(), String> {
+fn sigint_throttled(ctx: &mut Ctx) -> Result<(), String> {
     const HOG_S: u64 = 8;
     let t0 = Instant::now();
     let w = throttled_hog(ctx, 2, HOG_S, "SIGINT")?;
@@ -177,7 +234,7 @@ pub(super) fn sigint_throttled(ctx: &mut Ctx) -> Result<(), String> {
 /// threads running before the scheduler attaches and one forked after, in a 30 ms / 100 ms
 /// group, must be held to the limit ±2 %, their contexts counted as made late
 /// (`task_ctx_late` at least 3) and none missing.
-pub(super) fn deferred_ctx(ctx: &mut Ctx) -> Result<(), String> {
+fn deferred_ctx(ctx: &mut Ctx) -> Result<(), String> {
     ctx.stop_sched()?;
     let before = ctx.spawn(&hog("t/a", 2), 60)?;
     sleep(Duration::from_millis(300));
@@ -201,7 +258,7 @@ pub(super) fn deferred_ctx(ctx: &mut Ctx) -> Result<(), String> {
 /// scheduler gets SIGHUP: the group follows (0.3 -> 0.6 CPU, ±2 %). Then a broken file
 /// (negative quota) and SIGHUP: an error naming the file and field is logged, the scheduler
 /// keeps running and the 0.6 limit stays (±2 %).
-pub(super) fn reload(ctx: &mut Ctx) -> Result<(), String> {
+fn reload(ctx: &mut Ctx) -> Result<(), String> {
     let cfg = ctx.sched_config().ok_or("scheduler started without a config")?.to_path_buf();
     let pid = ctx.sched_pid().ok_or("no scheduler")?;
     let w = ctx.spawn(&hog("t/a", 2), 60)?;
@@ -229,7 +286,7 @@ pub(super) fn reload(ctx: &mut Ctx) -> Result<(), String> {
 /// Tasks parked by a throttled group must still be able to die: a fatal signal has to
 /// reach every thread, which needs each to run once more. They may wait for the next
 /// refill (100 ms here) but never for the watchdog.
-pub(super) fn exit_parked(ctx: &mut Ctx) -> Result<(), String> {
+fn exit_parked(ctx: &mut Ctx) -> Result<(), String> {
     let w = ctx.spawn(&hog("t/a", 4), 60)?;
     ctx.check_on_scx(w);
     sleep(Duration::from_millis(1500));

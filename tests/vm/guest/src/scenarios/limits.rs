@@ -1,7 +1,147 @@
-use super::{hog, measure_ratio};
+use super::{custom, hog, lim, measure_ratio, one_phase, single_limit, Body, Check, Cross, Phase, Scenario};
 use crate::runner::Ctx;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
+
+/// The scenarios of this file, in the order a run takes them.
+pub(super) fn scenarios() -> Vec<Scenario> {
+    use Check::*;
+    vec![
+        single_limit(
+            "hog1_30",
+            "30ms/100ms, 1 hog thread: usage = limit ±2%",
+            lim("t/a", 30_000, 100_000),
+            1,
+            0.02,
+        ),
+        single_limit(
+            "hog2_120",
+            "120ms/100ms, 2 hog threads: usage = limit ±2%",
+            lim("t/a", 120_000, 100_000),
+            2,
+            0.02,
+        ),
+        single_limit(
+            "hog4_25_50",
+            "25ms/50ms, 4 hog threads: usage = limit ±3%",
+            lim("t/a", 25_000, 50_000),
+            4,
+            0.03,
+        ),
+        Scenario {
+            name: "capped_uncapped",
+            about: "capped group held to 40ms/100ms while an unlimited neighbour gets the rest",
+            needs_sched: false,
+            limits: vec![lim("t/capped", 40_000, 100_000)],
+            cgroups: vec![],
+            body: one_phase(
+                vec![hog("t/capped", 2), hog("t/free", 2)],
+                vec![
+                    Ratio {
+                        cgroup: "t/capped",
+                        tol: 0.03,
+                    },
+                    AtLeast {
+                        cgroup: "t/free",
+                        cpus: 1.5,
+                    },
+                ],
+            ),
+        },
+        Scenario {
+            name: "nested",
+            about: "parent limit 1.2 CPUs over a 0.5-CPU child and an unlimited child",
+            needs_sched: false,
+            limits: vec![lim("t/p", 120_000, 100_000), lim("t/p/x", 50_000, 100_000)],
+            cgroups: vec![],
+            body: one_phase(
+                vec![hog("t/p/x", 2), hog("t/p/y", 2)],
+                vec![
+                    AtMostLimit {
+                        cgroup: "t/p",
+                        tol: 0.03,
+                    },
+                    AtLeastLimit {
+                        cgroup: "t/p",
+                        tol: 0.05,
+                    },
+                    AtMostLimit {
+                        cgroup: "t/p/x",
+                        tol: 0.03,
+                    },
+                ],
+            ),
+        },
+        Scenario {
+            name: "nolimit",
+            about: "empty config: a 2-thread hog gets (nearly) both CPUs",
+            needs_sched: false,
+            limits: vec![],
+            cgroups: vec![],
+            body: one_phase(
+                vec![hog("t/a", 2)],
+                vec![AtLeast {
+                    cgroup: "t/a",
+                    cpus: 1.9,
+                }],
+            ),
+        },
+        Scenario {
+            name: "neighbours",
+            about: "30ms/100ms group measured alone and among 5 unlimited hogs: same ratio",
+            needs_sched: false,
+            limits: vec![lim("t/lim", 30_000, 100_000)],
+            cgroups: vec![],
+            body: Body::Phases(
+                vec![
+                    Phase {
+                        label: "alone",
+                        workloads: vec![hog("t/lim", 1)],
+                        checks: vec![Ratio {
+                            cgroup: "t/lim",
+                            tol: 0.02,
+                        }],
+                    },
+                    Phase {
+                        label: "crowded",
+                        workloads: vec![
+                            hog("t/lim", 1),
+                            hog("t/n1", 1),
+                            hog("t/n2", 1),
+                            hog("t/n3", 1),
+                            hog("t/n4", 1),
+                            hog("t/n5", 1),
+                        ],
+                        checks: vec![Ratio {
+                            cgroup: "t/lim",
+                            tol: 0.02,
+                        }],
+                    },
+                ],
+                vec![Cross::SameRatio {
+                    cgroup: "t/lim",
+                    a: "alone",
+                    b: "crowded",
+                    tol: 0.02,
+                }],
+            ),
+        },
+        custom(
+            "recreate",
+            "30ms/100ms group removed and re-created: the limit applies to the new cgroup",
+            false,
+            lim("t/a", 30_000, 100_000),
+            recreate,
+        ),
+        custom(
+            "short_period",
+            "1ms/2ms, 2 hog threads: usage = limit ±5% and = quota x periods refilled ±5% (>= 75% of grid points refilled), also with the agent SIGSTOPped 3 s (a BPF timer refills periods under 10 ms)",
+            true,
+            lim("t/a", 1_000, 2_000),
+            short_period,
+        ),
+    ]
+}
 
 /// A 2 ms period is refilled by a BPF timer on the period grid, so its limit holds
 /// whether or not the agent keeps up: measured with the agent running, then with it
@@ -16,7 +156,7 @@ use std::time::{Duration, Instant};
 /// could not be overdrawn, the group got 0.849-0.969 of its limit on such a day
 /// (2026-12-01). The share of grid points refilled (`served`) must be at least
 /// SHORT_SERVED_MIN, so a timer that stops firing fails by that too.
-pub(super) fn short_period(ctx: &mut Ctx) -> Result<(), String> {
+fn short_period(ctx: &mut Ctx) -> Result<(), String> {
     let w = ctx.spawn(&hog("t/a", 2), 60)?;
     ctx.check_on_scx(w);
     sleep(crate::runner::WARMUP);
@@ -78,7 +218,7 @@ fn short_window(ctx: &mut Ctx, label: &str, during: impl FnOnce(&mut Ctx) -> Res
 
 /// A configured cgroup that is removed and created again is a new cgroup (new id): the
 /// limit must follow the path, not the old id.
-pub(super) fn recreate(ctx: &mut Ctx) -> Result<(), String> {
+fn recreate(ctx: &mut Ctx) -> Result<(), String> {
     let first = ctx.spawn(&hog("t/a", 1), 60)?;
     measure_ratio(ctx, "first", "t/a", 0.3, 0.02)?;
     ctx.kill_works(first);

@@ -1,13 +1,35 @@
-use super::hog;
+use super::{custom, hog, lim, Scenario};
 use crate::runner::Ctx;
 use std::thread::sleep;
 use std::time::Duration;
+
+/// The scenarios of this file, in the order a run takes them.
+pub(super) fn scenarios() -> Vec<Scenario> {
+    vec![
+        custom(
+            "stats_access",
+            "stats socket root-only (0600) by default; --stats-group opens it to that group only",
+            true,
+            lim("t/a", 30_000, 100_000),
+            stats_access,
+        ),
+        custom(
+            "monitor",
+            "--monitor 1 from a second process agrees with cgroupfs over the same tables (±1%); the stats socket is 0600 and its JSON has every field",
+            true,
+            // A short period: a window's edges cut at most one 3 ms run, not a 30 ms one
+            // (with 30/100 ms, one cut alone moves a 3 s average by up to 1 %).
+            lim("t/a", 3_000, 10_000),
+            monitor,
+        ),
+    ]
+}
 
 /// What a monitoring tool sees: `scx_bandwidth --monitor 1` started as a second process
 /// prints the group; its CPU figure averaged over three intervals agrees with cgroupfs
 /// usage over the same time within ±2 %. The stats socket is root-only (0600) and its JSON
 /// carries every field that stats_meta describes, at the top level and per group.
-pub(super) fn monitor(ctx: &mut Ctx) -> Result<(), String> {
+fn monitor(ctx: &mut Ctx) -> Result<(), String> {
     use std::os::unix::fs::PermissionsExt;
     let w = ctx.spawn(&hog("t/a", 2), 60)?;
     ctx.check_on_scx(w);
@@ -107,7 +129,7 @@ fn fetch_as(uid: u32, gid: u32) -> Result<(), String> {
 /// nobody:nogroup is refused and root is served. With `--stats-group 4242`: 0660 root:4242,
 /// its directory 0750 root:4242; nobody with gid 4242 is served (the JSON has the group),
 /// nobody with any other gid is still refused.
-pub(super) fn stats_access(ctx: &mut Ctx) -> Result<(), String> {
+fn stats_access(ctx: &mut Ctx) -> Result<(), String> {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
     const NOBODY: u32 = 65534;
     let sock = std::path::Path::new(crate::stats::SOCKET);

@@ -1,16 +1,60 @@
-use super::{end_fork_storm, hog, leak, lim, measure_ratio, process_cpu, Limit, Work, Workload};
+use super::{custom, end_fork_storm, hog, leak, lim, measure_ratio, process_cpu, Body, Limit, Scenario, Work, Workload};
 use crate::runner::Ctx;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
+/// The scenarios of this file, in the order a run takes them.
+pub(super) fn scenarios() -> Vec<Scenario> {
+    vec![
+        Scenario {
+            name: "rt_neighbour",
+            about: "a SCHED_FIFO thread on CPU 1 burning 50 ms of every 100: the sched_ext task it preempts moves to the free CPU, so a busy thread gets >= 0.95 CPU and waits out a 50 ms burst at most once",
+            needs_sched: false,
+            limits: vec![],
+            cgroups: vec!["t/a", "t/rt"],
+            body: Body::Custom(rt_neighbour),
+        },
+        Scenario {
+            name: "stress",
+            about: "60 s: 40 threads in 20 limited groups (periods 1 ms-1 s, nested 3 deep), a fork storm, a hog moved every 100 ms: every group ±5 %",
+            needs_sched: false,
+            limits: stress_limits(),
+            cgroups: vec!["t/s/n1/u", "t/s/n1/n2/u"],
+            body: Body::Custom(stress),
+        },
+        Scenario {
+            name: "move_latency",
+            about: "a process moved between two cgroups every 20 ms while a throttled 5ms/250ms group forks: at most one move waits over 100 ms, the group within a quota + a slice per CPU of its limit",
+            needs_sched: false,
+            limits: vec![lim("t/q", MOVE_QUOTA_US, MOVE_PERIOD_US)],
+            cgroups: vec!["t/q", "t/m1", "t/m2"],
+            body: Body::Custom(move_latency),
+        },
+        custom(
+            "rescue",
+            "40 threads under 1ms/1s: no task waits parked much over 5 s (rescue), the scheduler stays attached",
+            true,
+            lim("t/a", 1_000, 1_000_000),
+            rescue,
+        ),
+        custom(
+            "agent_stall",
+            "agent SIGSTOPped 3 s while its group is throttled: the BPF safety net keeps the group running at <= its limit, enforcement back to ±2% after SIGCONT",
+            true,
+            lim("t/a", 20_000, 100_000),
+            agent_stall,
+        ),
+    ]
+}
+
 /// The agent stops (SIGSTOP) for 3 s while its group is throttled. Without it nobody
 /// refills the pool, so the group's tasks would stay parked until it comes back (or the
 /// watchdog fires, for a longer stop). The BPF safety net refills a group whose last refill
 /// is 3 periods old: the group keeps running at about a third of its limit, never above
 /// it, the scheduler stays attached, and after SIGCONT the agent enforces ±2 % again.
-pub(super) fn agent_stall(ctx: &mut Ctx) -> Result<(), String> {
+fn agent_stall(ctx: &mut Ctx) -> Result<(), String> {
     let w = ctx.spawn(&hog("t/a", 2), 60)?;
     ctx.check_on_scx(w);
     measure_ratio(ctx, "before", "t/a", 0.2, 0.02)?;
@@ -49,7 +93,7 @@ pub(super) fn agent_stall(ctx: &mut Ctx) -> Result<(), String> {
 /// after 5 s, at the next refill, 1 s here, then a CPU), and the group's usage stays
 /// small: each rescue runs until the next tick at most (≤ 40 × 4 ms per 5 s = 0.032 CPU,
 /// plus the quota).
-pub(super) fn rescue(ctx: &mut Ctx) -> Result<(), String> {
+fn rescue(ctx: &mut Ctx) -> Result<(), String> {
     let w = ctx.spawn(&hog("t/a", 40), 60)?;
     ctx.check_on_scx(w);
     let used = ctx.measure(&["t/a"], Duration::from_secs(40))?[0];
@@ -89,7 +133,7 @@ pub(super) fn rescue(ctx: &mut Ctx) -> Result<(), String> {
 /// 0.947–0.973 of its limit here, the kernel's CFS 0.988: the agent, busy with the 1 ms
 /// group's 1,000 refills a second, is now and then late by more than a period, and a late
 /// timer refills once, as the kernel's does.)
-pub(super) fn stress_limits() -> Vec<Limit> {
+fn stress_limits() -> Vec<Limit> {
     let mut v = vec![
         lim("t/s/p1ms", 1_000, 1_000),
         lim("t/s/n1", 9_000, 20_000),
@@ -118,7 +162,7 @@ pub(super) fn stress_limits() -> Vec<Limit> {
 /// was distributed only above a slice, as fair.c does (the kernel's CFS: 0.976-0.984 in 2),
 /// its refills discarding 134 ms of returned runtime in the run that measured it; with slack above 1 ms distributed
 /// 1.003-1.011 in 7 runs, 7-15 ms discarded (`small_quota` isolates this). `short_period` checks a 2 ms group alone, agent stopped or not.
-pub(super) fn stress(ctx: &mut Ctx) -> Result<(), String> {
+fn stress(ctx: &mut Ctx) -> Result<(), String> {
     const RUN: Duration = Duration::from_secs(60);
     const SKIP: Duration = Duration::from_secs(3);
     let limits = stress_limits();
@@ -233,7 +277,7 @@ const RT_STUCK_ALLOWED: usize = 1;
 /// nothing 0.925-0.936 CPU and 16-18 such waits a run; the kernel's CFS (`--no-sched`,
 /// where it passes too) 0.999 CPU, longest wait 7.5 and 9.0 ms. Variants of the callback
 /// that did better here but worse elsewhere: README, "burst latency".
-pub(super) fn rt_neighbour(ctx: &mut Ctx) -> Result<(), String> {
+fn rt_neighbour(ctx: &mut Ctx) -> Result<(), String> {
     const WINDOW: Duration = Duration::from_secs(8);
     let secs = (crate::runner::WARMUP + WINDOW).as_secs() + 3;
     let busy = ctx.spawn(&Workload { cgroup: "t/a", work: Work::Gaps, pin: None }, secs)?;
@@ -301,10 +345,10 @@ const MOVE_STALLS_ALLOWED: usize = 1;
 /// pay the debts first and release the tasks parked holding the kernel up ahead of the
 /// rest, 1 of 30 (259 ms), none failing, usage 0.962-1.047.
 /// The limit of `move_latency`'s forking group.
-pub(super) const MOVE_QUOTA_US: u64 = 5_000;
-pub(super) const MOVE_PERIOD_US: u64 = 250_000;
+const MOVE_QUOTA_US: u64 = 5_000;
+const MOVE_PERIOD_US: u64 = 250_000;
 
-pub(super) fn move_latency(ctx: &mut Ctx) -> Result<(), String> {
+fn move_latency(ctx: &mut Ctx) -> Result<(), String> {
     const RUN: Duration = Duration::from_secs(10);
     const QUOTA_US: u64 = MOVE_QUOTA_US;
     const PERIOD_US: u64 = MOVE_PERIOD_US;

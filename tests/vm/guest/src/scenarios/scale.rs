@@ -3,6 +3,11 @@ use crate::runner::Ctx;
 use std::thread::sleep;
 use std::time::Instant;
 
+/// The scenarios of this file, in the order a run takes them.
+pub(super) fn scenarios() -> Vec<Scenario> {
+    vec![scale_scenario()]
+}
+
 /// Groups of the scale scenario: sleepers (one sleeping process each), busy ones (one hog
 /// each) and a chain of limited groups nested SCALE_DEPTH deep.
 const SCALE_SLEEPERS: usize = 1000;
@@ -22,7 +27,7 @@ fn scale_chain(level: usize) -> &'static str {
     leak(format!("t/d{}", (1..=level).map(|l| format!("/l{l:02}")).collect::<String>()))
 }
 
-pub(super) fn scale_scenario() -> Scenario {
+fn scale_scenario() -> Scenario {
     let mut limits: Vec<Limit> = (0..SCALE_SLEEPERS).map(|i| lim(scale_sleeper(i), 10_000, 100_000)).collect();
     // 10 × 0.1 + 0.2 CPU: the hogs leave room on 2 CPUs for the agent and the rest, so
     // what is measured is enforcement, not how a saturated machine is shared.

@@ -1,7 +1,21 @@
-use super::{hog, process_cpu, Work, Workload};
+use super::{hog, process_cpu, Body, Scenario, Work, Workload};
 use crate::runner::Ctx;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
+
+/// The scenarios of this file, in the order a run takes them.
+pub(super) fn scenarios() -> Vec<Scenario> {
+    vec![
+        Scenario {
+            name: "weights",
+            about: "cpu.weight 100:300 splits CPU 1:3, reweighting to 100:100 evens it, 1 vs 3 threads at equal weight get equal shares, nice 0:5 inside a group 3.06:1, nice 0:19 on one CPU 68:1, no thread starves at weights 1 and 10000 with nice 19",
+            needs_sched: false,
+            limits: vec![],
+            cgroups: vec!["t/wa", "t/wb", "t/wn"],
+            body: Body::Custom(weights),
+        },
+    ]
+}
 
 /// Tolerance of the nice 0 : 19 split: the nice-19 thread's dozen slices over the window
 /// make one slice more or less a 7 % difference (100, the rounded weights, is 46 % off).
@@ -9,7 +23,7 @@ const NICE_19_TOL: f64 = 0.15;
 
 /// Hierarchical weighted fairness (no limits; passes under the kernel's CFS too, --cfs).
 /// Each check is a ratio of measured usage with ±5 % (the nice 0 : 19 one NICE_19_TOL).
-pub(super) fn weights(ctx: &mut Ctx) -> Result<(), String> {
+fn weights(ctx: &mut Ctx) -> Result<(), String> {
     use crate::cgroup::write_cpu_weight;
     const TOL: f64 = 0.05;
     let expect_within = |ctx: &mut Ctx, label: &str, got: f64, want: f64, tol: f64| {
