@@ -235,6 +235,24 @@ fn custom(
     }
 }
 
+/// The acceptance scenarios, area by area (each file lists its own); `scenarios --list`
+/// prints them, and tests/vm/run runs them, in this order.
+pub fn all() -> Vec<Scenario> {
+    [
+        lifecycle::scenarios(),
+        limits::scenarios(),
+        weights::scenarios(),
+        burst_slack::scenarios(),
+        cgroupfs::scenarios(),
+        monitoring::scenarios(),
+        reliability::scenarios(),
+        scale::scenarios(),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
+}
+
 /// The benchmark set (`scenarios --bench`, driven by tests/bench/run): the same
 /// workloads under the kernel's CFS (--cfs) and under scx_bandwidth, for a side-by-side
 /// table. Tolerances are wide: these report figures, they do not gate.
@@ -280,6 +298,10 @@ pub fn bench() -> Vec<Scenario> {
     v
 }
 
+fn leak(s: String) -> &'static str {
+    Box::leak(s.into_boxed_str())
+}
+
 /// CPU time (ns) and times scheduled in, summed over every thread of `pid` so far
 /// (/proc/PID/task/*/schedstat).
 fn process_cpu(pid: u32) -> Option<(u64, u64)> {
@@ -289,28 +311,6 @@ fn process_cpu(pid: u32) -> Option<(u64, u64)> {
             .filter_map(|&tid| crate::sched::thread_schedstat(pid, tid))
             .fold((0, 0), |a, (run, _, runs)| (a.0 + run, a.1 + runs))
     })
-}
-
-/// The acceptance scenarios, area by area (each file lists its own); `scenarios --list`
-/// prints them, and tests/vm/run runs them, in this order.
-pub fn all() -> Vec<Scenario> {
-    [
-        lifecycle::scenarios(),
-        limits::scenarios(),
-        weights::scenarios(),
-        burst_slack::scenarios(),
-        cgroupfs::scenarios(),
-        monitoring::scenarios(),
-        reliability::scenarios(),
-        scale::scenarios(),
-    ]
-    .into_iter()
-    .flatten()
-    .collect()
-}
-
-fn leak(s: String) -> &'static str {
-    Box::leak(s.into_boxed_str())
 }
 
 /// Processes forked to sleep in a cgroup each; killed and reaped when dropped.
