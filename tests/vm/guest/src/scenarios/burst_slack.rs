@@ -58,21 +58,13 @@ pub(super) fn scenarios() -> Vec<Scenario> {
     ]
 }
 
-/// Two threads burning 60 ms of CPU then sleeping 140 ms for 20 s: 0.6 CPU on average,
-/// 1.2 CPUs while both burn. Under a strict 1-CPU quota the peaks are throttled: the
-/// first burns, which start together, exceed 66 ms and the group shows throttled periods
-/// (see below for the later ones). With a 100 ms
-/// burst the unused quota of the quiet periods covers the peaks: no throttled period, no
-/// task ever parked, and p99 <= BURST_P99_MS. With the scheduler, its statistics are
-/// checked too: usage against cgroupfs (±5 %), and the used-based burst figures.
-///
-/// BURST_P99_MS is the 66 ms. With nothing throttled or parked, the p99 of a
-/// 60 ms burn (the second slowest of about 196) measured 62.7-70.3 ms in 15 runs under
-/// TCG before 2026-12-01 (the kernel's CFS 62.0-64.7 ms in 8), the slow burns waiting
-/// 4-20 ms on a run queue. A trace then showed the other CPU idle during 8 of 17 such
-/// waits, and the first burns meeting the agent's first statistics table: with a tick
-/// that kicks a CPU idling beside a waiting task, cpu_release, and the workload started
-/// 2 s after attach, 62.0-65.0 ms in 18 runs and 62.0-64.4 ms in 10 the next session
+/// The p99 bound of `burst_latency`, the 66 ms. With nothing throttled or parked,
+/// the p99 of a 60 ms burn (the second slowest of about 196) measured 62.7-70.3 ms in 15
+/// runs under TCG before 2026-12-01 (the kernel's CFS 62.0-64.7 ms in 8), the slow burns
+/// waiting 4-20 ms on a run queue. A trace then showed the other CPU idle during 8 of 17
+/// such waits, and the first burns meeting the agent's first statistics table: with a tick
+/// that kicks a CPU idling beside a waiting task, cpu_release, and the workload started 2 s
+/// after attach, 62.0-65.0 ms in 18 runs and 62.0-64.4 ms in 10 the next session
 /// (62.1-71.7 ms in 8 runs without the tick's kick).
 const BURST_P99_MS: f64 = 66.0;
 /// How long the group idles before the bursty workload starts (see bursty()).
@@ -81,6 +73,13 @@ const BURSTY_SETTLE: Duration = Duration::from_secs(2);
 /// the slowest one.
 const BURSTY_S: u64 = 20;
 
+/// Two threads burning 60 ms of CPU then sleeping 140 ms for 20 s: 0.6 CPU on average,
+/// 1.2 CPUs while both burn. Under a strict 1-CPU quota the peaks are throttled: the
+/// first burns, which start together, exceed 66 ms and the group shows throttled periods
+/// (see below for the later ones). With a 100 ms
+/// burst the unused quota of the quiet periods covers the peaks: no throttled period, no
+/// task ever parked, and p99 <= BURST_P99_MS. With the scheduler, its statistics are
+/// checked too: usage against cgroupfs (±5 %), and the used-based burst figures.
 fn bursty(ctx: &mut Ctx, burst: bool) -> Result<(), String> {
     // The group exists and is idle for a few periods first, so its pool holds what an
     // idle group has accumulated (quota + burst), as for a service between requests.
@@ -384,6 +383,10 @@ fn slack(ctx: &mut Ctx) -> Result<(), String> {
     Ok(())
 }
 
+/// The limit of `small_quota`'s group: its quota is one slice.
+const SMALL_QUOTA_US: u64 = 5_000;
+const SMALL_PERIOD_US: u64 = 100_000;
+
 /// A group whose quota is one slice (5 ms per 100 ms), running a fork storm beside 4
 /// unlimited hogs: parent and child take turns, often on different CPUs, so the CPU that
 /// pulled the quota stops running the group while another throttles it, and gives its
@@ -393,9 +396,6 @@ fn slack(ctx: &mut Ctx) -> Result<(), String> {
 /// 12 s window in 4 runs here. Distributing slack above 1 ms (pools::worth_distributing):
 /// 0.0-3.5 ms in 8 runs. Checked: usage ±5 % of the limit, and under the scheduler at most
 /// 1 % of the window's quota (6 ms) discarded.
-const SMALL_QUOTA_US: u64 = 5_000;
-const SMALL_PERIOD_US: u64 = 100_000;
-
 fn small_quota(ctx: &mut Ctx) -> Result<(), String> {
     const WINDOW: Duration = Duration::from_secs(12);
     let limit = SMALL_QUOTA_US as f64 / SMALL_PERIOD_US as f64;

@@ -324,6 +324,10 @@ const MOVE_MAX_MS: f64 = 100.0;
 /// Moves that may wait longer in one run (see `move_latency`).
 const MOVE_STALLS_ALLOWED: usize = 1;
 
+/// The limit of `move_latency`'s forking group.
+const MOVE_QUOTA_US: u64 = 5_000;
+const MOVE_PERIOD_US: u64 = 250_000;
+
 /// Cgroup moves are not held up by throttling. A move (a write to cgroup.procs) takes
 /// cgroup_threadgroup_rwsem for writing, which every fork holds for reading, and waits for
 /// an RCU grace period; a task of a throttled group parked inside fork, inside an RCU
@@ -344,10 +348,6 @@ const MOVE_STALLS_ALLOWED: usize = 1;
 /// runs, 4 failing (up to 2.0 s: a CPU deep in debt swallowed each refill); since refills
 /// pay the debts first and release the tasks parked holding the kernel up ahead of the
 /// rest, 1 of 30 (259 ms), none failing, usage 0.962-1.047.
-/// The limit of `move_latency`'s forking group.
-const MOVE_QUOTA_US: u64 = 5_000;
-const MOVE_PERIOD_US: u64 = 250_000;
-
 fn move_latency(ctx: &mut Ctx) -> Result<(), String> {
     const RUN: Duration = Duration::from_secs(10);
     const QUOTA_US: u64 = MOVE_QUOTA_US;
