@@ -1,3 +1,8 @@
+//! The bodies of the benchmark set (bench() in mod.rs, run by tests/bench/run for
+//! BENCHMARKS.md): what throttling costs (how late a parked task runs after its refill),
+//! scheduling overhead without limits against the kernel's own scheduler, and the agent's
+//! CPU time by number of groups. They report figures and gate nothing.
+
 use super::{hog, leak, lim, process_cpu, render_config, Limit, Sleepers, Work, Workload};
 use crate::runner::Ctx;
 use std::thread::sleep;

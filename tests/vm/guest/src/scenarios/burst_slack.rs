@@ -1,3 +1,11 @@
+//! Burst and slack: runtime a group did not use, in an earlier period or on another CPU.
+//! cpu.max.burst lets a group that idled use more than its quota in a period (burst_hog,
+//! burst_latency, and burst_latency_strict without a burst), and under_quota checks the
+//! burst statistics of a group that never needs one. Slack return gives the local runtime
+//! of a CPU whose task went to sleep back to the group's pool (slack, small_quota). A cap
+//! per period alone would throttle bursty services that stay within their average, and
+//! lose quota stranded on the wrong CPU; these hold the scheduler to the kernel's semantics.
+
 use super::{custom, end_fork_storm, hog, lim, one_phase, Body, Check, Limit, Scenario, Work, Workload};
 use crate::runner::Ctx;
 use std::thread::sleep;

@@ -1,3 +1,9 @@
+//! Limits from cgroupfs: cpu.max and cpu.max.burst written as systemd, Docker and
+//! Kubernetes write them, with no configuration file. Set before attach and while running,
+//! freed with "max", deeper than a task's chain of limited groups holds (deep_cpu_max), and
+//! on cgroups created and removed in a loop (churn). Under sched_ext the kernel does not
+//! enforce cpu.max itself, so the scheduler has to pick it up wherever it is written.
+
 use super::{hog, leak, measure_ratio, Body, Scenario};
 use crate::runner::Ctx;
 use std::thread::sleep;

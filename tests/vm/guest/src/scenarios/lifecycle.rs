@@ -1,3 +1,11 @@
+//! Lifecycle: the scheduler attaching (also when task contexts could not be made at
+//! attach), reloading its config on SIGHUP, staying through CPU hotplug, and going away,
+//! cleanly (SIGINT) or not (SIGKILL of the agent), with tasks parked by a throttled group;
+//! and parked tasks that are sent a fatal signal. Under sched_ext every task of the
+//! machine is in the scheduler's hands: an attach that fails, a reload that loses a limit,
+//! a hotplug that unloads it, or an exit that leaves a parked task behind is a fault of the
+//! whole machine, not of one group.
+
 use super::{custom, hog, lim, measure_ratio, render_config, Body, Scenario};
 use crate::runner::Ctx;
 use std::thread::sleep;

@@ -1,3 +1,10 @@
+//! Limits: the core promise, a group's usage held to quota / period. One group, several,
+//! nested, beside unlimited neighbours, crowded or alone, a configured cgroup removed and
+//! created again, and periods as short as 2 ms, which BPF timers refill whether the agent
+//! keeps up or not. Most are phase scenarios (Body::Phases: start hogs, warm up, measure,
+//! check); those that do not need the scheduler also run under the kernel's CFS (--cfs),
+//! as the baseline.
+
 use super::{custom, hog, lim, measure_ratio, one_phase, single_limit, Body, Check, Cross, Phase, Scenario};
 use crate::runner::Ctx;
 use std::thread::sleep;

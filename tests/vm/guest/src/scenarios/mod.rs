@@ -3,6 +3,12 @@
 //! measured phases (workloads + checks on each cgroup's CPU usage) or a custom function for
 //! flows the phase model does not cover. Tolerances here are the specification; do not
 //! loosen them to make a run pass.
+//!
+//! The scenarios are in one file per area, each listing its own in `scenarios()`:
+//! lifecycle (attach, reload, hotplug, exit), limits, weights, burst_slack, cgroupfs (cpu.max
+//! without a config), monitoring (statistics), reliability (agent stall, rescue, stress, RT
+//! neighbour, move latency) and scale; bench holds the benchmark bodies. This file holds the
+//! types, the constructors the lists use, all() and bench(), and the helpers areas share.
 
 use crate::runner::Ctx;
 use bench::{agent_cost, overhead, throttle_cost};

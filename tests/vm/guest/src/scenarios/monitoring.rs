@@ -1,3 +1,9 @@
+//! Monitoring: what operators and tools see. `scx_bandwidth --monitor` run from a second
+//! process agrees with cgroupfs, the stats socket's JSON carries every field its metadata
+//! describes, and the socket is root-only unless --stats-group opens it to one group. The
+//! statistics are how anyone tells that a limit holds, and the socket's permissions decide
+//! who may read every cgroup's figures.
+
 use super::{custom, hog, lim, Scenario};
 use crate::runner::Ctx;
 use std::thread::sleep;

@@ -1,3 +1,10 @@
+//! Reliability: enforcement that holds when things go wrong or get hard. The agent stopped
+//! (the BPF safety net refills), tasks starving under a tiny quota (rescued before the
+//! sched_ext watchdog ejects the scheduler), a minute of mixed stress (periods 1 ms-1 s,
+//! nesting, a fork storm, moves), an RT thread taking a CPU, and cgroup moves that a
+//! throttled fork storm must not hold up. A scheduler of every task that stalls, is
+//! ejected, or parks a task holding a lock the kernel needs harms the whole machine.
+
 use super::{custom, end_fork_storm, hog, leak, lim, measure_ratio, process_cpu, Body, Limit, Scenario, Work, Workload};
 use crate::runner::Ctx;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};

@@ -1,3 +1,7 @@
+//! Scale: 1,026 limited groups at once, 16 of them nested in one chain, all enforced, and
+//! the agent's CPU time meanwhile. Hosts run a cgroup per container or service, and the
+//! agent's work each period grows with the number of limited groups.
+
 use super::{hog, leak, lim, Body, Limit, Scenario, Sleepers};
 use crate::runner::Ctx;
 use std::thread::sleep;

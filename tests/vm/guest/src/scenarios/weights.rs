@@ -1,3 +1,8 @@
+//! Weights: how contended CPU is shared, by cpu.weight between cgroups and by nice within
+//! one, as CFS shares it (and across CPUs where CFS does not). No limits are involved: the
+//! scheduler replaces CFS for every task, so fair sharing is its job as much as bandwidth,
+//! down to extreme weights, which must not starve a thread into the sched_ext watchdog.
+
 use super::{hog, process_cpu, Body, Scenario, Work, Workload};
 use crate::runner::Ctx;
 use std::thread::sleep;
