@@ -204,9 +204,9 @@ void BPF_STRUCT_OPS(bw_enqueue, struct task_struct *p, u64 enq_flags)
 	 * pairs with bw_update_idle(), but the window is not closed: the insert
 	 * above lands in the queue only after enqueue returns, so a CPU going
 	 * idle right now can find the queue empty, and under TCG a picked and
-	 * kicked CPU was traced sleeping 3-20 ms beside the task (README,
-	 * burst latency). A plain kick, not SCX_KICK_IDLE: the CPU was picked
-	 * idle, and the IDLE variant may skip one between its dispatch and
+	 * kicked CPU was traced sleeping 3-20 ms beside the task (docs/design.md,
+	 * "Work conservation"). A plain kick, not SCX_KICK_IDLE: the CPU was
+	 * picked idle, and the IDLE variant may skip one between its dispatch and
 	 * going idle.
 	 */
 	__sync_fetch_and_add(&idle_seq, 1);

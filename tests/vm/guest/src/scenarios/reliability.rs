@@ -164,7 +164,7 @@ fn stress_limits() -> Vec<Limit> {
 /// scheduler stays attached, no workload dies, every group's usage over the last 55 s is
 /// within ±5 % of its limit. The 1 ms group got 0.48-0.66 of it before its pool could be
 /// overdrawn (the kernel's CFS 0.79-0.80 under TCG), 0.974 in 3 runs since (2026-12-01);
-/// the README says where the rest was lost. The fork
+/// docs/design.md ("Short periods") says where the rest was lost. The fork
 /// storm's group got 0.957-0.986 of its limit in 8 runs (0.945 in one CI run) while slack
 /// was distributed only above a slice, as fair.c does (the kernel's CFS: 0.976-0.984 in 2),
 /// its refills discarding 134 ms of returned runtime in the run that measured it; with slack above 1 ms distributed
@@ -283,7 +283,7 @@ const RT_STUCK_ALLOWED: usize = 1;
 /// prints each wait over 20 ms with the CPU before and after); with cpu_release doing
 /// nothing 0.925-0.936 CPU and 16-18 such waits a run; the kernel's CFS (`--no-sched`,
 /// where it passes too) 0.999 CPU, longest wait 7.5 and 9.0 ms. Variants of the callback
-/// that did better here but worse elsewhere: README, "burst latency".
+/// that did better here but worse elsewhere: docs/design.md, "Work conservation".
 fn rt_neighbour(ctx: &mut Ctx) -> Result<(), String> {
     const WINDOW: Duration = Duration::from_secs(8);
     let secs = (crate::runner::WARMUP + WINDOW).as_secs() + 3;
@@ -339,7 +339,7 @@ const MOVE_PERIOD_US: u64 = 250_000;
 /// cgroup_threadgroup_rwsem for writing, which every fork holds for reading, and waits for
 /// an RCU grace period; a task of a throttled group parked inside fork, inside an RCU
 /// read-side section, or inside a page fault that a sibling's fork waits for, holds it up
-/// until its group's refill (README, "Tasks holding the kernel up run on credit").
+/// until its group's refill (docs/design.md, "Tasks holding the kernel up run on credit").
 /// Set-up: a 5 ms / 250 ms group runs 16 threads forking children that exit at once, so it
 /// is throttled each period with tasks in the kernel, while a hog in an unlimited cgroup is
 /// moved between t/m1 and t/m2 every 20 ms for 10 s. At most MOVE_STALLS_ALLOWED moves may

@@ -58,7 +58,9 @@ fn weights(ctx: &mut Ctx) -> Result<(), String> {
     // 16 s: the group at 100 gets 0.5 CPU in slices that each cost 8 times their length in
     // vtime, and measured per second it got 0.469-0.534 CPU, each high second followed by
     // a low one. Over 8 s the split still ranged 2.861-3.033 in 17 runs (mean 2.96): the
-    // noise of a window shrinks with its length, the small bias (see README) does not.
+    // noise of a window shrinks with its length, the small bias does not (the group at 100
+    // gets a little more than a quarter: the CPU time of tasks outside both groups comes
+    // mostly out of the larger share).
     let r = split(ctx, "w100_300", crate::runner::WINDOW * 4)?;
     expect(ctx, "w100_300", r, 3.0);
     write_cpu_weight("t/wb", 100)?;
