@@ -1,22 +1,53 @@
 #!/usr/bin/env python3
-"""Markdown table of a benchmark run: the kernel's CFS column beside scx_bandwidth's.
+"""The benchmark tables of a run (the kernel's CFS column beside scx_bandwidth's), and
+BENCHMARKS.md made from them.
+
+  table.py [--check] CFS_LOG SCX_LOG
+      print the tables; --check: exit 1 if a figure is missing (a benchmark that broke)
+  table.py --record INFO --qemu QEMU --accel ACCEL --smp N --mem SIZE
+      write to INFO what BENCHMARKS.md says about the run besides its figures: the host's CPU,
+      the qemu binary's version, the guest's size, the git revision and the date
+      (tests/bench/run does this as a run starts)
+  table.py [--check] --write FILE --info INFO CFS_LOG SCX_LOG
+      print the tables and write FILE: a generated header, the tables, what each one means
 
 Reads the SCENARIO lines of two tests/vm/run logs (the last verdict of each scenario counts,
-as a scenario interrupted by an emulator crash is run again after a reboot)."""
-import contextlib
-import io
+as a scenario interrupted by an emulator crash is run again after a reboot), and the guest's
+kernel from their "scxbw-init: kernel ..." line. Every figure in FILE comes from the logs or
+INFO; the prose below is about what the tables measure, not about one run."""
+import argparse
+import datetime
+import json
+import os
 import re
+import subprocess
 import sys
+import textwrap
+
+# Our error counts as no worse than the kernel's within this much.
+TIE = 0.0005
 
 
 def results(path):
     out = {}
-    for line in open(path, encoding="utf-8", errors="replace"):
-        m = re.match(r"^SCENARIO (\S+) (PASS|FAIL|SKIP)(.*)$", line.rstrip("\n"))
-        if m:
-            figs = dict(kv.split("=", 1) for kv in m.group(3).split() if "=" in kv and not kv.startswith("reason="))
-            out[m.group(1)] = figs
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            m = re.match(r"^SCENARIO (\S+) (PASS|FAIL|SKIP)(.*)$", line.rstrip("\r\n"))
+            if m:
+                figs = dict(kv.split("=", 1) for kv in m.group(3).split() if "=" in kv and not kv.startswith("reason="))
+                out[m.group(1)] = figs
     return out
+
+
+def guest(path):
+    """(kernel release, CPUs) from the last "scxbw-init: kernel R, N CPUs" line of a log."""
+    found = (None, None)
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            m = re.search(r"scxbw-init: kernel (\S+), (\d+) CPUs", line)
+            if m:
+                found = (m.group(1), int(m.group(2)))
+    return found
 
 
 def num(figs, key):
@@ -30,68 +61,135 @@ def fmt(x, spec="{:.3f}"):
     return "–" if x is None else spec.format(x)
 
 
-def main(cfs_log, scx_log):
-    cfs, scx = results(cfs_log), results(scx_log)
-    print("### Enforcement accuracy (usage / limit over a 4 s window after 1 s warm-up)\n")
-    print("| workload | kernel CFS | scx_bandwidth | error CFS | error scx | scx error ≤ CFS |")
-    print("| --- | --- | --- | --- | --- | --- |")
+def accuracy(cfs, scx):
+    lines = ["| workload | kernel CFS | scx_bandwidth | error CFS | error scx | scx error ≤ CFS |",
+             "| --- | --- | --- | --- | --- | --- |"]
+
+    def row(label, a, b):
+        ea = None if a is None else abs(a - 1)
+        eb = None if b is None else abs(b - 1)
+        ok = "–" if ea is None or eb is None else ("yes" if eb <= ea + TIE else "**no**")
+        return f"| {label} | {fmt(a)} | {fmt(b)} | {fmt(ea)} | {fmt(eb)} | {ok} |"
+
     rows = []
     for name in sorted(set(cfs) | set(scx)):
         if not name.startswith("acc_"):
             continue
         _, period, threads, cpus = name.split("_")
-        a, b = num(cfs.get(name, {}), "ratio"), num(scx.get(name, {}), "ratio")
-        ea = None if a is None else abs(a - 1)
-        eb = None if b is None else abs(b - 1)
-        ok = "–" if ea is None or eb is None else ("yes" if eb <= ea + 0.0005 else "**no**")
-        rows.append((period, f"{threads[:-1]} hog(s), {cpus} CPU, period {period}", a, b, ea, eb, ok))
+        label = f"{threads[:-1]} hog(s), {cpus} CPU, period {period}"
+        rows.append((period, label, row(label, num(cfs.get(name, {}), "ratio"), num(scx.get(name, {}), "ratio"))))
     order = {"10ms": 0, "100ms": 1, "1s": 2}
-    for r in sorted(rows, key=lambda r: (order.get(r[0], 9), r[1])):
-        print(f"| {r[1]} | {fmt(r[2])} | {fmt(r[3])} | {fmt(r[4])} | {fmt(r[5])} | {r[6]} |")
+    lines += [r[2] for r in sorted(rows, key=lambda r: (order.get(r[0], 9), r[1]))]
     n = cfs.get("nested", {}), scx.get("nested", {})
     for key, label in [("p.ratio", "nested: parent 1.2 CPU"), ("p.x.ratio", "nested: child 0.5 CPU")]:
-        a, b = num(n[0], key), num(n[1], key)
-        ea = None if a is None else abs(a - 1)
-        eb = None if b is None else abs(b - 1)
-        ok = "–" if ea is None or eb is None else ("yes" if eb <= ea + 0.0005 else "**no**")
-        print(f"| {label} | {fmt(a)} | {fmt(b)} | {fmt(ea)} | {fmt(eb)} | {ok} |")
+        lines.append(row(label, num(n[0], key), num(n[1], key)))
+    return lines
 
-    print("\n### Burst: wall time of a 60 ms burn, 2 threads every 200 ms, quota 100 ms/100 ms (ms)\n")
-    print("| burst | CFS p50 | CFS p99 | CFS max | scx p50 | scx p99 | scx max | scx p99 ÷ CFS p99 |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+
+def burst(cfs, scx):
+    lines = ["| burst | CFS p50 | CFS p99 | CFS max | scx p50 | scx p99 | scx max | scx p99 ÷ CFS p99 |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for name, label in [("burst_latency", "100 ms"), ("burst_latency_strict", "0")]:
         a, b = cfs.get(name, {}), scx.get(name, {})
         pa, pb = num(a, "p99_ms"), num(b, "p99_ms")
         ratio = None if pa is None or pb is None else pb / pa
-        print(f"| {label} | {fmt(num(a, 'p50_ms'), '{:.1f}')} | {fmt(pa, '{:.1f}')} | {fmt(num(a, 'max_ms'), '{:.1f}')} "
-              f"| {fmt(num(b, 'p50_ms'), '{:.1f}')} | {fmt(pb, '{:.1f}')} | {fmt(num(b, 'max_ms'), '{:.1f}')} | {fmt(ratio)} |")
+        lines.append(f"| {label} | {fmt(num(a, 'p50_ms'), '{:.1f}')} | {fmt(pa, '{:.1f}')} | {fmt(num(a, 'max_ms'), '{:.1f}')} "
+                     f"| {fmt(num(b, 'p50_ms'), '{:.1f}')} | {fmt(pb, '{:.1f}')} | {fmt(num(b, 'max_ms'), '{:.1f}')} | {fmt(ratio)} |")
+    return lines
 
-    print("\n### Throttling cost: a throttled hog's resume after each refill, behind the fastest resume (µs)\n")
-    print("| | resumes | p50 | p99 | max |")
-    print("| --- | --- | --- | --- | --- |")
+
+def throttling(cfs, scx):
+    lines = ["| | resumes | p50 | p99 | max |", "| --- | --- | --- | --- | --- |"]
     for label, figs in [("kernel CFS", cfs.get("throttle_cost", {})), ("scx_bandwidth", scx.get("throttle_cost", {}))]:
-        print(f"| {label} | {figs.get('resumes', '–')} | {figs.get('delay_p50_us', '–')} | {figs.get('delay_p99_us', '–')} "
-              f"| {figs.get('delay_max_us', '–')} |")
+        lines.append(f"| {label} | {figs.get('resumes', '–')} | {figs.get('delay_p50_us', '–')} | {figs.get('delay_p99_us', '–')} "
+                     f"| {figs.get('delay_max_us', '–')} |")
+    return lines
 
+
+def overhead(cfs, scx):
     o = scx.get("overhead", {})
-    print("\n### Overhead without limits (same boot, alternating; median of 3 runs of 3 s, per s)\n")
-    print("| workload | kernel's scheduler | scx_bandwidth | scx ÷ kernel |")
-    print("| --- | --- | --- | --- |")
+    lines = ["| workload | kernel's scheduler | scx_bandwidth | scx ÷ kernel |", "| --- | --- | --- | --- |"]
     for key, label in [("pingpong", "pipe ping-pong, 2 pairs (round trips)"), ("forks", "fork + exit + wait, 2 threads")]:
-        print(f"| {label} | {o.get(key + '.kernel_per_s', '–')} | {o.get(key + '.scx_per_s', '–')} | {o.get(key + '.ratio', '–')} |")
+        lines.append(f"| {label} | {o.get(key + '.kernel_per_s', '–')} | {o.get(key + '.scx_per_s', '–')} | {o.get(key + '.ratio', '–')} |")
+    return lines
 
+
+def agent(cfs, scx):
     s, a = scx.get("scale", {}), scx.get("agent_cost", {})
-    print("\n### Agent cost (scx_bandwidth only; CPU ms per s of the agent process)\n")
-    print("| limited groups | busy groups | --stats 1 | agent CPU ms per s | agent threads run per s "
-          "| a thread only waking 100/s: CPU ms per s | agent ÷ that thread |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    lines = ["| limited groups | busy groups | --stats 1 | agent CPU ms per s | agent threads run per s "
+             "| a thread only waking 100/s: CPU ms per s | agent ÷ that thread |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
     for n in (10, 100, 1000):
         ag, tk = num(a, f"n{n}.agent_ms_per_s"), num(a, f"n{n}.ticker_ms_per_s")
         ratio = None if ag is None or not tk else ag / tk
-        print(f"| {n} | 10 | no | {fmt(ag, '{:.1f}')} | {a.get(f'n{n}.agent_runs_per_s', '–')} | {fmt(tk, '{:.1f}')} "
-              f"| {fmt(ratio, '{:.2f}')} |")
+        lines.append(f"| {n} | 10 | no | {fmt(ag, '{:.1f}')} | {a.get(f'n{n}.agent_runs_per_s', '–')} | {fmt(tk, '{:.1f}')} "
+                     f"| {fmt(ratio, '{:.2f}')} |")
     busy = "–" if "active_groups" not in s else "11"
-    print(f"| {s.get('active_groups', '–')} | {busy} | yes | {s.get('agent_ms_per_s', '–')} | – | – | – |")
+    lines.append(f"| {s.get('active_groups', '–')} | {busy} | yes | {s.get('agent_ms_per_s', '–')} | – | – | – |")
+    return lines
+
+
+# (heading, table, what it means) in the order of the document. The texts hold for any run:
+# they say what is measured and why the columns differ, never what one run measured.
+SECTIONS = [
+    ("Enforcement accuracy (usage / limit over a 4 s window after 1 s warm-up)", accuracy,
+     f"""Hog threads in one group, limited as the row says, under each enforcer; the error is
+|usage / limit − 1|, and the last column says whether ours is at most the kernel's (within
+{TIE}). At this size which rows say "no", and by how much, changes from run to run: one run
+neither meets nor refutes "error ≤ the kernel's in every row"; the worst error of each
+column says more."""),
+    ("Burst: wall time of a 60 ms burn, 2 threads every 200 ms, quota 100 ms/100 ms (ms)", burst,
+     """The `burst_latency` scenario (with a 100 ms burst) and `burst_latency_strict` (without);
+p99 is the nearest-rank p99 over both threads' burns, of which there are enough that it is
+not the slowest one. With the burst the unused quota of the quiet periods covers the peaks,
+so neither enforcer should throttle, and `burst_latency` holds our p99 to its target.
+Where ours is slower it is the `SCHED_FIFO` agent waking for refills while both threads burn
+(docs/design.md, "Burst latency"). Without a burst both throttle the burns that fall early in
+a period; how many a strict quota catches depends on where they fall against the period, for
+both, so that row's p99 and max move from run to run."""),
+    ("Throttling cost: a throttled hog's resume after each refill, behind the fastest resume (µs)", throttling,
+     """How much later than the fastest resume a hog throttled every period ran again after each
+refill (the refills lie on a grid of one period: each resume's phase on it, less the earliest).
+The kernel refills from an hrtimer and unthrottles in the same interrupt; scx_bandwidth waits
+for its agent (`SCHED_FIFO`) to wake, refill and run the unthrottle program, and then for a
+CPU to dispatch, so its resumes come later, and its tail is the agent's timer lateness under
+TCG."""),
+    ("Overhead without limits (same boot, alternating; median of 3 runs of 3 s, per s)", overhead,
+     """Throughput in an unlimited cgroup under scx_bandwidth and, in the same boot with
+scx_bandwidth detached, under the kernel's own scheduler. The goal for pipe ping-pong is 0.95
+of the kernel's; the spread between runs of one revision is large under TCG, so one run does
+not settle it."""),
+    ("Agent cost (scx_bandwidth only; CPU ms per s of the agent process)", agent,
+     """The agent's CPU time without `--stats`, each group limited to 10 ms per 100 ms: 10 groups
+busy and throttled every period (100 refills a second), the others idle with their timers
+stopped, so the cost follows refills, not groups. Beside it, as a yardstick, a `SCHED_FIFO`
+thread that does nothing but wake as often as the busy groups refill: under TCG a wakeup alone
+costs far more than on hardware, and the ratio of the two is what means something there. The
+last row is the `scale` scenario (every group limited, 11 busy), with `--stats 1`. The goal, at
+most 1 % of a CPU at 1,000 groups, is one for hardware; under TCG only the ratio speaks to it."""),
+]
+
+INTRO = """The kernel column is the same VM with no sched_ext scheduler loaded and the limits written to
+`cpu.max` (`cpu.max.burst`), enforced by CFS; the scx_bandwidth column loads the same limits
+from its configuration. The overhead rows come from one boot, alternating scx_bandwidth
+attached and detached. One run of each; figures are ratios (usage/limit from cgroupfs
+`usage_usec`) or wall times and rates inside the emulated guest, where only comparisons within
+one run mean anything. Earlier tables are in this file's git history."""
+
+MICRO = """`cargo bench` (benches/agent.rs) measures the agent's user-space work on the host, outside
+the VM: one period of 10,000 groups' timers (expire, refill, book, re-queue) and parsing the
+largest configuration. Criterion prints and keeps its own figures (`target/criterion/`); they
+are not part of this file. The release of parked tasks is a BPF program (`bw_unthrottle`) and
+needs a sched_ext kernel."""
+
+
+def tables(cfs_log, scx_log):
+    cfs, scx = results(cfs_log), results(scx_log)
+    return [(heading, make(cfs, scx), text) for heading, make, text in SECTIONS]
+
+
+def tables_text(sections):
+    return "\n\n".join(f"### {h}\n\n" + "\n".join(lines) for h, lines, _ in sections) + "\n"
 
 
 # Cells with no figure by design: the --stats row of the agent table measures neither runs
@@ -113,16 +211,132 @@ def check(table):
     return bad
 
 
+def cpu_model(cpuinfo):
+    """(model name, number of CPUs) from the text of /proc/cpuinfo."""
+    models = re.findall(r"^model name\s*:\s*(.*?)\s*$", cpuinfo, re.M)
+    return (models[0] if models else "unknown CPU"), len(re.findall(r"^processor\s*:", cpuinfo, re.M))
+
+
+def revision(repo):
+    """`git rev-parse --short HEAD`, with "-dirty" if the tree differs from it in any file git
+    does not ignore."""
+    git = ["git", "-C", repo]
+    rev = subprocess.run(git + ["rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    changes = subprocess.run(git + ["status", "--porcelain"], capture_output=True, text=True, check=True).stdout
+    return rev + ("-dirty" if changes.strip() else "")
+
+
+def record(path, qemu, accel, smp, mem, repo, cpuinfo="/proc/cpuinfo", now=None):
+    now = now or datetime.datetime.now(datetime.timezone.utc)
+    with open(cpuinfo, encoding="utf-8", errors="replace") as f:
+        model, cpus = cpu_model(f.read())
+    try:
+        version = subprocess.run([qemu, "--version"], capture_output=True, text=True).stdout.splitlines()[0].strip()
+    except (OSError, IndexError):
+        version = f"{qemu} (version unknown)"
+    info = {
+        "revision": revision(repo),
+        "date": now.strftime("%Y-%m-%d %H:%M UTC"),
+        "start": int(now.timestamp()),
+        "host_cpu": model,
+        "host_cpus": cpus,
+        "qemu": version,
+        "accel": accel,
+        "guest_smp": smp,
+        "guest_mem": mem,
+    }
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(info, f, indent=1)
+        f.write("\n")
+
+
+NBSP = "\u00a0"
+
+
+def keep(text):
+    """`text` kept on one line by wrap()."""
+    return text.replace(" ", NBSP)
+
+
+def wrap(text):
+    """A paragraph in lines of at most 95 characters, never broken inside a `code span`."""
+    text = re.sub(r"`[^`]*`", lambda m: keep(m.group(0)), text)
+    return "\n".join(textwrap.wrap(text, 95, break_long_words=False, break_on_hyphens=False)).replace(NBSP, " ")
+
+
+def document(sections, info, cfs_log, scx_log):
+    kernels = {guest(cfs_log)[0], guest(scx_log)[0]} - {None}
+    vcpus = guest(scx_log)[1] or guest(cfs_log)[1] or info["guest_smp"]
+    minutes = (max(os.path.getmtime(cfs_log), os.path.getmtime(scx_log)) - info["start"]) / 60
+    took = f" (it took {minutes:.0f} minutes)" if minutes >= 0.5 else ""
+    run = (f"Generated by `tests/bench/run --write` from its run of revision {info['revision']} on "
+           f"{keep(info['date'])}{took}. Reproduce: `tests/vm/setup.sh` once, then `tests/bench/run --write`, "
+           "which boots the VM below once per enforcer, runs the benchmark set (`scxbw-guest scenarios "
+           "--bench`) in each and writes this file; `tests/bench/run --table --write` writes it again "
+           "from that run's logs (`target/bench/`).")
+    machine = (f"Machine: host {keep(info['host_cpu'])}, {info['host_cpus']} CPUs; {info['qemu']}, "
+               f"`-accel {info['accel']}`; guest {vcpus} vCPUs and {info['guest_mem']} of memory, kernel "
+               f"{', '.join(sorted(kernels)) or 'unknown'}.")
+    out = [
+        "# Benchmarks: scx_bandwidth beside the kernel's CFS bandwidth control",
+        "",
+        "<!-- Generated by tests/bench/table.py; edit the texts there, not here. -->",
+        "",
+        wrap(run),
+        "",
+        wrap(machine),
+        "",
+        INTRO,
+    ]
+    for heading, lines, text in sections:
+        out += ["", f"### {heading}", "", *lines, "", text]
+    out += ["", "### Micro-benchmarks", "", MICRO, ""]
+    return "\n".join(out)
+
+
+def main(argv):
+    p = argparse.ArgumentParser(prog="table.py", description=__doc__.split("\n\n")[0])
+    p.add_argument("--check", action="store_true", help="exit 1 if a figure is missing")
+    p.add_argument("--record", metavar="INFO", help="write the run's facts to INFO and exit")
+    p.add_argument("--qemu", default="qemu-system-x86_64")
+    p.add_argument("--accel")
+    p.add_argument("--smp")
+    p.add_argument("--mem")
+    p.add_argument("--write", metavar="FILE", help="write the document to FILE")
+    p.add_argument("--info", metavar="INFO", help="with --write: the facts --record wrote")
+    p.add_argument("logs", nargs="*", metavar="LOG", help="CFS_LOG SCX_LOG")
+    a = p.parse_args(argv)
+    if a.record:
+        if a.logs or a.write or not (a.accel and a.smp and a.mem):
+            p.error("--record takes --accel, --smp and --mem, and no logs")
+        repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        record(a.record, a.qemu, a.accel, int(a.smp), a.mem, repo)
+        return 0
+    if len(a.logs) != 2:
+        p.error("two logs: CFS_LOG SCX_LOG")
+    if a.write and not a.info:
+        p.error("--write needs --info")
+    sections = tables(*a.logs)
+    text = tables_text(sections)
+    print(text, end="")
+    if a.write:
+        try:
+            with open(a.info, encoding="utf-8") as f:
+                info = json.load(f)
+        except OSError as e:
+            print(f"table.py: {e}: the facts of the run are missing (tests/bench/run writes them as it runs)",
+                  file=sys.stderr)
+            return 1
+        with open(a.write, "w", encoding="utf-8") as f:
+            f.write(document(sections, info, *a.logs))
+        print(f"table.py: wrote {a.write}", file=sys.stderr)
+    if a.check:
+        missing = check(text)
+        for line in missing:
+            print(f"table.py: missing figures in: {line}", file=sys.stderr)
+        return 1 if missing else 0
+    return 0
+
+
 if __name__ == "__main__":
-    args = [a for a in sys.argv[1:] if a != "--check"]
-    if "--check" not in sys.argv:
-        main(*args)
-        sys.exit(0)
-    buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
-        main(*args)
-    print(buf.getvalue(), end="")
-    missing = check(buf.getvalue())
-    for line in missing:
-        print(f"table.py: missing figures in: {line}", file=sys.stderr)
-    sys.exit(1 if missing else 0)
+    sys.exit(main(sys.argv[1:]))
