@@ -66,6 +66,53 @@ pub(super) fn scenarios() -> Vec<Scenario> {
     ]
 }
 
+/// The limit of `small_quota`'s group: its quota is one slice.
+const SMALL_QUOTA_US: u64 = 5_000;
+const SMALL_PERIOD_US: u64 = 100_000;
+
+/// A group whose quota is one slice (5 ms per 100 ms), running a fork storm beside 4
+/// unlimited hogs: parent and child take turns, often on different CPUs, so the CPU that
+/// pulled the quota stops running the group while another throttles it, and gives its
+/// runtime above 1 ms back. Its pool never holds more than a slice, so under fair.c's rule
+/// (slack distributed above a slice) that runtime waits for the refill, which caps the
+/// pool at the quota and throws it away (`throttled_discard_usec`): 8.7-15.5 ms in the
+/// 12 s window in 4 runs here. Distributing slack above 1 ms (pools::worth_distributing):
+/// 0.0-3.5 ms in 8 runs. Checked: usage ±5 % of the limit, and under the scheduler at most
+/// 1 % of the window's quota (6 ms) discarded.
+fn small_quota(ctx: &mut Ctx) -> Result<(), String> {
+    const WINDOW: Duration = Duration::from_secs(12);
+    let limit = SMALL_QUOTA_US as f64 / SMALL_PERIOD_US as f64;
+    let storm = ctx.spawn(
+        &Workload {
+            cgroup: "t/q",
+            work: Work::Forks { threads: 1 },
+            pin: None,
+        },
+        20,
+    )?;
+    ctx.spawn(&hog("t/bg", 4), 20)?;
+    ctx.check_on_scx(storm);
+    sleep(Duration::from_secs(2));
+    let before = if ctx.has_sched() { Some(crate::stats::fetch()?) } else { None };
+    let used = ctx.measure(&["t/q"], WINDOW)?[0];
+    ctx.figure("usage_cpus", format!("{used:.4}"));
+    ctx.figure("ratio", format!("{:.3}", used / limit));
+    if let Some(before) = before {
+        let after = crate::stats::fetch()?;
+        for f in ["nr_periods", "nr_throttled", "nr_slack_returns", "slack_returned_usec"] {
+            ctx.figure(f, crate::stats::group_delta(&before, &after, "t/q", f)?);
+        }
+        let discard_ms = crate::stats::group_delta(&before, &after, "t/q", "throttled_discard_usec")? / 1e3;
+        ctx.figure("discard_ms", format!("{discard_ms:.1}"));
+        let quota_ms = limit * WINDOW.as_secs_f64() * 1e3;
+        if discard_ms > 0.01 * quota_ms {
+            ctx.fail(format!("t/q: refills discarded {discard_ms:.1} ms of its {quota_ms:.0} ms quota while it was throttled (max 1 %)"));
+        }
+    }
+    crate::phases::check(ctx, &Check::Ratio { cgroup: "t/q", tol: 0.05 }, used, Some(limit), &|k| k.to_string(), "t/q")?;
+    end_fork_storm(ctx, storm, 1, Duration::from_secs(15))
+}
+
 /// The p99 bound of `burst_latency`, the 66 ms. With nothing throttled or parked,
 /// the p99 of a 60 ms burn (the second slowest of about 196) measured 62.7-70.3 ms in 15
 /// runs under TCG before 2026-12-01 (the kernel's CFS 62.0-64.7 ms in 8), the slow burns
@@ -389,51 +436,4 @@ fn slack(ctx: &mut Ctx) -> Result<(), String> {
         ctx.fail(format!("A got {:.3} CPUs with slack return, {:.3} without", a_cpus[0], a_cpus[1]));
     }
     Ok(())
-}
-
-/// The limit of `small_quota`'s group: its quota is one slice.
-const SMALL_QUOTA_US: u64 = 5_000;
-const SMALL_PERIOD_US: u64 = 100_000;
-
-/// A group whose quota is one slice (5 ms per 100 ms), running a fork storm beside 4
-/// unlimited hogs: parent and child take turns, often on different CPUs, so the CPU that
-/// pulled the quota stops running the group while another throttles it, and gives its
-/// runtime above 1 ms back. Its pool never holds more than a slice, so under fair.c's rule
-/// (slack distributed above a slice) that runtime waits for the refill, which caps the
-/// pool at the quota and throws it away (`throttled_discard_usec`): 8.7-15.5 ms in the
-/// 12 s window in 4 runs here. Distributing slack above 1 ms (pools::worth_distributing):
-/// 0.0-3.5 ms in 8 runs. Checked: usage ±5 % of the limit, and under the scheduler at most
-/// 1 % of the window's quota (6 ms) discarded.
-fn small_quota(ctx: &mut Ctx) -> Result<(), String> {
-    const WINDOW: Duration = Duration::from_secs(12);
-    let limit = SMALL_QUOTA_US as f64 / SMALL_PERIOD_US as f64;
-    let storm = ctx.spawn(
-        &Workload {
-            cgroup: "t/q",
-            work: Work::Forks { threads: 1 },
-            pin: None,
-        },
-        20,
-    )?;
-    ctx.spawn(&hog("t/bg", 4), 20)?;
-    ctx.check_on_scx(storm);
-    sleep(Duration::from_secs(2));
-    let before = if ctx.has_sched() { Some(crate::stats::fetch()?) } else { None };
-    let used = ctx.measure(&["t/q"], WINDOW)?[0];
-    ctx.figure("usage_cpus", format!("{used:.4}"));
-    ctx.figure("ratio", format!("{:.3}", used / limit));
-    if let Some(before) = before {
-        let after = crate::stats::fetch()?;
-        for f in ["nr_periods", "nr_throttled", "nr_slack_returns", "slack_returned_usec"] {
-            ctx.figure(f, crate::stats::group_delta(&before, &after, "t/q", f)?);
-        }
-        let discard_ms = crate::stats::group_delta(&before, &after, "t/q", "throttled_discard_usec")? / 1e3;
-        ctx.figure("discard_ms", format!("{discard_ms:.1}"));
-        let quota_ms = limit * WINDOW.as_secs_f64() * 1e3;
-        if discard_ms > 0.01 * quota_ms {
-            ctx.fail(format!("t/q: refills discarded {discard_ms:.1} ms of its {quota_ms:.0} ms quota while it was throttled (max 1 %)"));
-        }
-    }
-    crate::phases::check(ctx, &Check::Ratio { cgroup: "t/q", tol: 0.05 }, used, Some(limit), &|k| k.to_string(), "t/q")?;
-    end_fork_storm(ctx, storm, 1, Duration::from_secs(15))
 }

@@ -68,6 +68,90 @@ pub(super) fn scenarios() -> Vec<Scenario> {
     ]
 }
 
+/// Tasks parked by a throttled group must still be able to die: a fatal signal has to
+/// reach every thread, which needs each to run once more. They may wait for the next
+/// refill (100 ms here) but never for the watchdog.
+fn exit_parked(ctx: &mut Ctx) -> Result<(), String> {
+    let w = ctx.spawn(&hog("t/a", 4), 60)?;
+    ctx.check_on_scx(w);
+    sleep(Duration::from_millis(1500));
+    let used = ctx.measure(&["t/a"], Duration::from_secs(1))?[0];
+    ctx.figure("pre_usage_cpus", format!("{used:.3}"));
+    if used > 0.1 * 1.5 {
+        ctx.fail(format!("group not throttled: {used:.3} CPUs for a 0.1-CPU limit"));
+    }
+    let pid = ctx.workload_pid(w).ok_or("hog already gone")?;
+    let t = Instant::now();
+    crate::sched::signal(pid, libc::SIGTERM);
+    let st = ctx.wait_workload(w, Duration::from_secs(5))?;
+    let secs = t.elapsed().as_secs_f64();
+    ctx.figure("exit_s", format!("{secs:.3}"));
+    ctx.figure("status", crate::sched::describe(st).replace(' ', "_"));
+    if secs > 1.0 {
+        ctx.fail(format!("parked threads took {secs:.2}s to exit"));
+    }
+    let left = std::fs::read_to_string(crate::cgroup::path("t/a").join("cgroup.procs")).unwrap_or_default();
+    if !left.trim().is_empty() {
+        ctx.fail(format!("tasks left in t/a: {}", left.trim().replace('\n', ",")));
+    }
+    Ok(())
+}
+
+/// A task whose context ops.init_task could not allocate (one CI run ejected the scheduler
+/// at attach with "ops.init_task() failed (-12) for init[1]") gets it when first queued or
+/// run. `--test-defer-task-ctx` makes init_task create none, for every task: two hog
+/// threads running before the scheduler attaches and one forked after, in a 30 ms / 100 ms
+/// group, must be held to the limit ±2 %, their contexts counted as made late
+/// (`task_ctx_late` at least 3) and none missing.
+fn deferred_ctx(ctx: &mut Ctx) -> Result<(), String> {
+    ctx.stop_sched()?;
+    let before = ctx.spawn(&hog("t/a", 2), 60)?;
+    sleep(Duration::from_millis(300));
+    ctx.start_sched(&["--test-defer-task-ctx"])?;
+    ctx.spawn(&hog("t/a", 1), 60)?;
+    ctx.check_on_scx(before);
+    measure_ratio(ctx, "a", "t/a", 0.3, 0.02)?;
+    let m = crate::stats::fetch()?;
+    let late = crate::stats::num(&m, "task_ctx_late")?;
+    let missing = crate::stats::num(&m, "task_ctx_missing")?;
+    ctx.figure("task_ctx_late", late);
+    ctx.figure("task_ctx_missing", missing);
+    if late < 3.0 || missing != 0.0 {
+        ctx.fail(format!("task_ctx_late {late} (want >= 3: the hogs' threads), task_ctx_missing {missing} (want 0)"));
+    }
+    ctx.kill_works(before);
+    Ok(())
+}
+
+/// Reload without detaching: the config file is rewritten with another limit and the
+/// scheduler gets SIGHUP: the group follows (0.3 -> 0.6 CPU, ±2 %). Then a broken file
+/// (negative quota) and SIGHUP: an error naming the file and field is logged, the scheduler
+/// keeps running and the 0.6 limit stays (±2 %).
+fn reload(ctx: &mut Ctx) -> Result<(), String> {
+    let cfg = ctx.sched_config().ok_or("scheduler started without a config")?.to_path_buf();
+    let pid = ctx.sched_pid().ok_or("no scheduler")?;
+    let w = ctx.spawn(&hog("t/a", 2), 60)?;
+    ctx.check_on_scx(w);
+    measure_ratio(ctx, "before", "t/a", 0.3, 0.02)?;
+
+    let write = |text: &str| std::fs::write(&cfg, text).map_err(|e| format!("write {}: {e}", cfg.display()));
+    write(&render_config("reload", &[lim("t/a", 60_000, 100_000)]))?;
+    crate::sched::signal(pid, libc::SIGHUP);
+    measure_ratio(ctx, "reloaded", "t/a", 0.6, 0.02)?;
+
+    write("[[group]]\ncgroup = \"t/a\"\nquota_us = -5\nperiod_us = 100000\n")?;
+    crate::sched::signal(pid, libc::SIGHUP);
+    measure_ratio(ctx, "broken", "t/a", 0.6, 0.02)?;
+    ctx.healthy()?;
+    let log = ctx.sched_output();
+    let err = log.lines().find(|l| l.contains("reload:") && l.contains("quota_us"));
+    ctx.figure("error_logged", err.is_some());
+    if err.is_none() {
+        ctx.fail("no reload error naming quota_us in the scheduler's log");
+    }
+    Ok(())
+}
+
 const CPU1_ONLINE: &str = "/sys/devices/system/cpu/cpu1/online";
 
 /// Puts CPU 1 back online when dropped, so a failed scenario leaves 2 CPUs to the next.
@@ -232,90 +316,6 @@ fn sigint_throttled(ctx: &mut Ctx) -> Result<(), String> {
         ctx.fail(format!(
             "hog exited after {ran:.1}s, before its {HOG_S}s were up"
         ));
-    }
-    Ok(())
-}
-
-/// A task whose context ops.init_task could not allocate (one CI run ejected the scheduler
-/// at attach with "ops.init_task() failed (-12) for init[1]") gets it when first queued or
-/// run. `--test-defer-task-ctx` makes init_task create none, for every task: two hog
-/// threads running before the scheduler attaches and one forked after, in a 30 ms / 100 ms
-/// group, must be held to the limit ±2 %, their contexts counted as made late
-/// (`task_ctx_late` at least 3) and none missing.
-fn deferred_ctx(ctx: &mut Ctx) -> Result<(), String> {
-    ctx.stop_sched()?;
-    let before = ctx.spawn(&hog("t/a", 2), 60)?;
-    sleep(Duration::from_millis(300));
-    ctx.start_sched(&["--test-defer-task-ctx"])?;
-    ctx.spawn(&hog("t/a", 1), 60)?;
-    ctx.check_on_scx(before);
-    measure_ratio(ctx, "a", "t/a", 0.3, 0.02)?;
-    let m = crate::stats::fetch()?;
-    let late = crate::stats::num(&m, "task_ctx_late")?;
-    let missing = crate::stats::num(&m, "task_ctx_missing")?;
-    ctx.figure("task_ctx_late", late);
-    ctx.figure("task_ctx_missing", missing);
-    if late < 3.0 || missing != 0.0 {
-        ctx.fail(format!("task_ctx_late {late} (want >= 3: the hogs' threads), task_ctx_missing {missing} (want 0)"));
-    }
-    ctx.kill_works(before);
-    Ok(())
-}
-
-/// Reload without detaching: the config file is rewritten with another limit and the
-/// scheduler gets SIGHUP: the group follows (0.3 -> 0.6 CPU, ±2 %). Then a broken file
-/// (negative quota) and SIGHUP: an error naming the file and field is logged, the scheduler
-/// keeps running and the 0.6 limit stays (±2 %).
-fn reload(ctx: &mut Ctx) -> Result<(), String> {
-    let cfg = ctx.sched_config().ok_or("scheduler started without a config")?.to_path_buf();
-    let pid = ctx.sched_pid().ok_or("no scheduler")?;
-    let w = ctx.spawn(&hog("t/a", 2), 60)?;
-    ctx.check_on_scx(w);
-    measure_ratio(ctx, "before", "t/a", 0.3, 0.02)?;
-
-    let write = |text: &str| std::fs::write(&cfg, text).map_err(|e| format!("write {}: {e}", cfg.display()));
-    write(&render_config("reload", &[lim("t/a", 60_000, 100_000)]))?;
-    crate::sched::signal(pid, libc::SIGHUP);
-    measure_ratio(ctx, "reloaded", "t/a", 0.6, 0.02)?;
-
-    write("[[group]]\ncgroup = \"t/a\"\nquota_us = -5\nperiod_us = 100000\n")?;
-    crate::sched::signal(pid, libc::SIGHUP);
-    measure_ratio(ctx, "broken", "t/a", 0.6, 0.02)?;
-    ctx.healthy()?;
-    let log = ctx.sched_output();
-    let err = log.lines().find(|l| l.contains("reload:") && l.contains("quota_us"));
-    ctx.figure("error_logged", err.is_some());
-    if err.is_none() {
-        ctx.fail("no reload error naming quota_us in the scheduler's log");
-    }
-    Ok(())
-}
-
-/// Tasks parked by a throttled group must still be able to die: a fatal signal has to
-/// reach every thread, which needs each to run once more. They may wait for the next
-/// refill (100 ms here) but never for the watchdog.
-fn exit_parked(ctx: &mut Ctx) -> Result<(), String> {
-    let w = ctx.spawn(&hog("t/a", 4), 60)?;
-    ctx.check_on_scx(w);
-    sleep(Duration::from_millis(1500));
-    let used = ctx.measure(&["t/a"], Duration::from_secs(1))?[0];
-    ctx.figure("pre_usage_cpus", format!("{used:.3}"));
-    if used > 0.1 * 1.5 {
-        ctx.fail(format!("group not throttled: {used:.3} CPUs for a 0.1-CPU limit"));
-    }
-    let pid = ctx.workload_pid(w).ok_or("hog already gone")?;
-    let t = Instant::now();
-    crate::sched::signal(pid, libc::SIGTERM);
-    let st = ctx.wait_workload(w, Duration::from_secs(5))?;
-    let secs = t.elapsed().as_secs_f64();
-    ctx.figure("exit_s", format!("{secs:.3}"));
-    ctx.figure("status", crate::sched::describe(st).replace(' ', "_"));
-    if secs > 1.0 {
-        ctx.fail(format!("parked threads took {secs:.2}s to exit"));
-    }
-    let left = std::fs::read_to_string(crate::cgroup::path("t/a").join("cgroup.procs")).unwrap_or_default();
-    if !left.trim().is_empty() {
-        ctx.fail(format!("tasks left in t/a: {}", left.trim().replace('\n', ",")));
     }
     Ok(())
 }

@@ -150,6 +150,21 @@ pub(super) fn scenarios() -> Vec<Scenario> {
     ]
 }
 
+/// A configured cgroup that is removed and created again is a new cgroup (new id): the
+/// limit must follow the path, not the old id.
+fn recreate(ctx: &mut Ctx) -> Result<(), String> {
+    let first = ctx.spawn(&hog("t/a", 1), 60)?;
+    measure_ratio(ctx, "first", "t/a", 0.3, 0.02)?;
+    ctx.kill_works(first);
+    crate::cgroup::remove_tree("t/a")?;
+    sleep(Duration::from_millis(500));
+    crate::cgroup::create_tree(&["t/a"])?;
+    let second = ctx.spawn(&hog("t/a", 1), 60)?;
+    ctx.check_on_scx(second);
+    measure_ratio(ctx, "recreated", "t/a", 0.3, 0.02)?;
+    Ok(())
+}
+
 /// A 2 ms period is refilled by a BPF timer on the period grid, so its limit holds
 /// whether or not the agent keeps up: measured with the agent running, then with it
 /// SIGSTOPped (before, the agent refilled every period from user space, and stopped it
@@ -220,20 +235,5 @@ fn short_window(ctx: &mut Ctx, label: &str, during: impl FnOnce(&mut Ctx) -> Res
     if served < SHORT_SERVED_MIN {
         ctx.fail(format!("{label}: only {served:.3} of the grid points were refilled (min {SHORT_SERVED_MIN})"));
     }
-    Ok(())
-}
-
-/// A configured cgroup that is removed and created again is a new cgroup (new id): the
-/// limit must follow the path, not the old id.
-fn recreate(ctx: &mut Ctx) -> Result<(), String> {
-    let first = ctx.spawn(&hog("t/a", 1), 60)?;
-    measure_ratio(ctx, "first", "t/a", 0.3, 0.02)?;
-    ctx.kill_works(first);
-    crate::cgroup::remove_tree("t/a")?;
-    sleep(Duration::from_millis(500));
-    crate::cgroup::create_tree(&["t/a"])?;
-    let second = ctx.spawn(&hog("t/a", 1), 60)?;
-    ctx.check_on_scx(second);
-    measure_ratio(ctx, "recreated", "t/a", 0.3, 0.02)?;
     Ok(())
 }

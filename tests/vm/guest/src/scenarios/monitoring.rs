@@ -31,6 +31,67 @@ pub(super) fn scenarios() -> Vec<Scenario> {
     ]
 }
 
+/// One stats request from a child process running as `uid`:`gid` (no other groups).
+fn fetch_as(uid: u32, gid: u32) -> Result<(), String> {
+    use std::os::unix::process::CommandExt;
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let out = std::process::Command::new(exe)
+        .arg("stats-fetch")
+        .uid(uid)
+        .gid(gid)
+        .output()
+        .map_err(|e| format!("run stats-fetch as {uid}:{gid}: {e}"))?;
+    let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    if out.status.success() && text.contains("STATS groups=1") {
+        Ok(())
+    } else {
+        Err(text.trim().to_string())
+    }
+}
+
+/// Who may read the statistics. Default: the socket is 0600 root, a process running as
+/// nobody:nogroup is refused and root is served. With `--stats-group 4242`: 0660 root:4242,
+/// its directory 0750 root:4242; nobody with gid 4242 is served (the JSON has the group),
+/// nobody with any other gid is still refused.
+fn stats_access(ctx: &mut Ctx) -> Result<(), String> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    const NOBODY: u32 = 65534;
+    let sock = std::path::Path::new(crate::stats::SOCKET);
+    let mode = |p: &std::path::Path| -> Result<(u32, u32, u32), String> {
+        let m = std::fs::metadata(p).map_err(|e| format!("stat {}: {e}", p.display()))?;
+        Ok((m.permissions().mode() & 0o777, m.uid(), m.gid()))
+    };
+    let check = |ctx: &mut Ctx, label: &str, uid: u32, gid: u32, allowed: bool| {
+        let r = fetch_as(uid, gid);
+        ctx.figure(format!("{label}.{uid}:{gid}"), if r.is_ok() { "served" } else { "refused" });
+        match (r, allowed) {
+            (Ok(()), false) => ctx.fail(format!("{label}: {uid}:{gid} was served")),
+            (Err(e), true) => ctx.fail(format!("{label}: {uid}:{gid} was refused: {e}")),
+            _ => {}
+        }
+    };
+    let (m, u, g) = mode(sock)?;
+    ctx.figure("default.socket", format!("{m:o}:{u}:{g}"));
+    if m & 0o077 != 0 || u != 0 {
+        ctx.fail(format!("default socket mode {m:o} owner {u}: not root-only"));
+    }
+    check(ctx, "default", 0, 0, true);
+    check(ctx, "default", NOBODY, NOBODY, false);
+
+    ctx.stop_sched()?;
+    ctx.start_sched(&["--stats-group", "4242"])?;
+    let (m, u, g) = mode(sock)?;
+    let (dm, _, dg) = mode(sock.parent().ok_or("socket path")?)?;
+    ctx.figure("group.socket", format!("{m:o}:{u}:{g}"));
+    ctx.figure("group.dir", format!("{dm:o}:{dg}"));
+    if m != 0o660 || u != 0 || g != 4242 || dm != 0o750 || dg != 4242 {
+        ctx.fail(format!("--stats-group 4242: socket {m:o} {u}:{g}, directory {dm:o} group {dg}"));
+    }
+    check(ctx, "group", NOBODY, 4242, true);
+    check(ctx, "group", NOBODY, NOBODY, false);
+    Ok(())
+}
+
 /// What a monitoring tool sees: `scx_bandwidth --monitor 1` started as a second process
 /// prints the group; its CPU figure averaged over three intervals agrees with cgroupfs
 /// usage over the same time within ±2 %. The stats socket is root-only (0600) and its JSON
@@ -110,66 +171,5 @@ fn monitor(ctx: &mut Ctx) -> Result<(), String> {
     if (shown / cg - 1.0).abs() > 0.01 {
         ctx.fail(format!("--monitor shows {shown:.3} CPUs, cgroupfs {cg:.3} over the same {} tables: more than 1 % apart", rows.len()));
     }
-    Ok(())
-}
-
-/// One stats request from a child process running as `uid`:`gid` (no other groups).
-fn fetch_as(uid: u32, gid: u32) -> Result<(), String> {
-    use std::os::unix::process::CommandExt;
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let out = std::process::Command::new(exe)
-        .arg("stats-fetch")
-        .uid(uid)
-        .gid(gid)
-        .output()
-        .map_err(|e| format!("run stats-fetch as {uid}:{gid}: {e}"))?;
-    let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
-    if out.status.success() && text.contains("STATS groups=1") {
-        Ok(())
-    } else {
-        Err(text.trim().to_string())
-    }
-}
-
-/// Who may read the statistics. Default: the socket is 0600 root, a process running as
-/// nobody:nogroup is refused and root is served. With `--stats-group 4242`: 0660 root:4242,
-/// its directory 0750 root:4242; nobody with gid 4242 is served (the JSON has the group),
-/// nobody with any other gid is still refused.
-fn stats_access(ctx: &mut Ctx) -> Result<(), String> {
-    use std::os::unix::fs::{MetadataExt, PermissionsExt};
-    const NOBODY: u32 = 65534;
-    let sock = std::path::Path::new(crate::stats::SOCKET);
-    let mode = |p: &std::path::Path| -> Result<(u32, u32, u32), String> {
-        let m = std::fs::metadata(p).map_err(|e| format!("stat {}: {e}", p.display()))?;
-        Ok((m.permissions().mode() & 0o777, m.uid(), m.gid()))
-    };
-    let check = |ctx: &mut Ctx, label: &str, uid: u32, gid: u32, allowed: bool| {
-        let r = fetch_as(uid, gid);
-        ctx.figure(format!("{label}.{uid}:{gid}"), if r.is_ok() { "served" } else { "refused" });
-        match (r, allowed) {
-            (Ok(()), false) => ctx.fail(format!("{label}: {uid}:{gid} was served")),
-            (Err(e), true) => ctx.fail(format!("{label}: {uid}:{gid} was refused: {e}")),
-            _ => {}
-        }
-    };
-    let (m, u, g) = mode(sock)?;
-    ctx.figure("default.socket", format!("{m:o}:{u}:{g}"));
-    if m & 0o077 != 0 || u != 0 {
-        ctx.fail(format!("default socket mode {m:o} owner {u}: not root-only"));
-    }
-    check(ctx, "default", 0, 0, true);
-    check(ctx, "default", NOBODY, NOBODY, false);
-
-    ctx.stop_sched()?;
-    ctx.start_sched(&["--stats-group", "4242"])?;
-    let (m, u, g) = mode(sock)?;
-    let (dm, _, dg) = mode(sock.parent().ok_or("socket path")?)?;
-    ctx.figure("group.socket", format!("{m:o}:{u}:{g}"));
-    ctx.figure("group.dir", format!("{dm:o}:{dg}"));
-    if m != 0o660 || u != 0 || g != 4242 || dm != 0o750 || dg != 4242 {
-        ctx.fail(format!("--stats-group 4242: socket {m:o} {u}:{g}, directory {dm:o} group {dg}"));
-    }
-    check(ctx, "group", NOBODY, 4242, true);
-    check(ctx, "group", NOBODY, NOBODY, false);
     Ok(())
 }

@@ -56,75 +56,65 @@ pub(super) fn scenarios() -> Vec<Scenario> {
     ]
 }
 
-/// The agent stops (SIGSTOP) for 3 s while its group is throttled. Without it nobody
-/// refills the pool, so the group's tasks would stay parked until it comes back (or the
-/// watchdog fires, for a longer stop). The BPF safety net refills a group whose last refill
-/// is 3 periods old: the group keeps running at about a third of its limit, never above
-/// it, the scheduler stays attached, and after SIGCONT the agent enforces ±2 % again.
-fn agent_stall(ctx: &mut Ctx) -> Result<(), String> {
-    let w = ctx.spawn(&hog("t/a", 2), 60)?;
-    ctx.check_on_scx(w);
-    measure_ratio(ctx, "before", "t/a", 0.2, 0.02)?;
-    let pid = ctx.sched_pid().ok_or("no scheduler")?;
-    crate::sched::signal(pid, libc::SIGSTOP);
-    let t = Instant::now();
-    sleep(Duration::from_millis(300));
-    let stalled = ctx.measure(&["t/a"], Duration::from_secs(2));
-    let rest = Duration::from_secs(3).saturating_sub(t.elapsed());
-    sleep(rest);
-    crate::sched::signal(pid, libc::SIGCONT);
-    let stalled = stalled?[0];
-    ctx.figure("stalled.usage_cpus", format!("{stalled:.3}"));
-    if stalled < 0.2 / 3.0 * 0.5 {
-        ctx.fail(format!("agent stopped: the group got {stalled:.3} CPUs, parked without a safety net"));
-    }
-    if stalled > 0.2 * 1.05 {
-        ctx.fail(format!("agent stopped: the group got {stalled:.3} CPUs, above its 0.2 limit"));
-    }
-    ctx.healthy()?;
-    measure_ratio(ctx, "after", "t/a", 0.2, 0.02)?;
-    let m = crate::stats::fetch()?;
-    let n = crate::stats::num(crate::stats::group(&m, "t/a")?, "nr_safety_refills")?;
-    ctx.figure("safety_refills", n);
-    if n < 1.0 {
-        ctx.fail("no safety-net refill recorded");
-    }
-    Ok(())
-}
+/// Least share of a CPU the busy thread of `rt_neighbour` must get.
+const RT_HOG_MIN: f64 = 0.95;
+/// A stretch this long without running is the busy thread of `rt_neighbour` waiting out
+/// a whole RT burn (50 ms) on the CPU the RT thread took; the agent, also SCHED_FIFO,
+/// runs up to about 12 ms at a time, and with both CPUs taken no task can run.
+const RT_STUCK_MS: f64 = 40.0;
+/// Such waits tolerated in one run (see `rt_neighbour`).
+const RT_STUCK_ALLOWED: usize = 1;
 
-/// 40 busy threads in a group allowed 1 ms per second: one thread runs per period, so a
-/// fair rotation alone would leave each waiting about 40 s, past the sched_ext watchdog's
-/// 30 s (the scheduler would be ejected) and the kernel's 21 s RCU stall warning. Checked over
-/// 40 s: the scheduler stays attached, tasks were rescued, the longest throttle wait is
-/// under 6.5 s (a parked task is looked at when its group's refill releases it: rescue
-/// after 5 s, at the next refill, 1 s here, then a CPU), and the group's usage stays
-/// small: each rescue runs until the next tick at most (≤ 40 × 4 ms per 5 s = 0.032 CPU,
-/// plus the quota).
-fn rescue(ctx: &mut Ctx) -> Result<(), String> {
-    let w = ctx.spawn(&hog("t/a", 40), 60)?;
-    ctx.check_on_scx(w);
-    let used = ctx.measure(&["t/a"], Duration::from_secs(40))?[0];
-    ctx.figure("usage_cpus", format!("{used:.4}"));
-    ctx.healthy()?;
-    for e in ctx.exited_works(w) {
-        ctx.fail(e);
+/// An RT task that takes a CPU must not hold up the sched_ext task it preempted while the
+/// other CPU idles: the kernel leaves that task at the head of the taken CPU's local
+/// queue, where no other CPU looks (ops.cpu_release sends it back through enqueue). The
+/// scheduler's own agent is such an RT task. A SCHED_FIFO thread pinned to CPU 1 burns
+/// 50 ms and sleeps 50 ms; one busy thread of an unlimited group beside it (`gaps`, which
+/// reports every stretch it did not run) has CPU 0 free all the time. Checked: it gets at
+/// least RT_HOG_MIN of a CPU and waits out a whole burn at most RT_STUCK_ALLOWED times.
+/// Measured 2026-12-01: 0.986-0.993 CPU and one such wait in 3 of 7 runs (`long_gaps`
+/// prints each wait over 20 ms with the CPU before and after); with cpu_release doing
+/// nothing 0.925-0.936 CPU and 16-18 such waits a run; the kernel's CFS (`--no-sched`,
+/// where it passes too) 0.999 CPU, longest wait 7.5 and 9.0 ms. Variants of the callback
+/// that did better here but worse elsewhere: docs/design.md, "Work conservation".
+fn rt_neighbour(ctx: &mut Ctx) -> Result<(), String> {
+    const WINDOW: Duration = Duration::from_secs(8);
+    let secs = (crate::runner::WARMUP + WINDOW).as_secs() + 3;
+    let busy = ctx.spawn(&Workload { cgroup: "t/a", work: Work::Gaps, pin: None }, secs)?;
+    ctx.check_on_scx(busy);
+    ctx.spawn(&Workload { cgroup: "t/rt", work: Work::RtDuty { burn_ms: 50, sleep_ms: 50 }, pin: Some(1) }, secs)?;
+    let before = if ctx.has_sched() { Some(crate::stats::fetch()?) } else { None };
+    sleep(crate::runner::WARMUP);
+    let u = ctx.measure(&["t/a", "t/rt"], WINDOW)?;
+    ctx.figure("busy_cpus", format!("{:.3}", u[0]));
+    ctx.figure("rt_cpus", format!("{:.3}", u[1]));
+    if let Some(before) = before {
+        let after = crate::stats::fetch()?;
+        ctx.figure("reenqueued", crate::stats::delta(&before, &after, "reenqueued")?);
     }
-    let m = crate::stats::fetch()?;
-    let rescued = crate::stats::num(&m, "rescued")?;
-    let g = crate::stats::group(&m, "t/a")?;
-    let wait_max_ms = g["wait_max_us"].as_f64().unwrap_or(f64::NAN) / 1e3;
-    ctx.figure("rescued", rescued);
-    ctx.figure("wait_max_ms", format!("{wait_max_ms:.0}"));
-    if rescued < 1.0 {
-        ctx.fail("no task was rescued");
+    let st = ctx.wait_workload(busy, Duration::from_secs(30))?;
+    if !st.success() {
+        return Err(format!("gaps workload: {}", crate::sched::describe(st)));
     }
-    if !(wait_max_ms < 6500.0) {
-        ctx.fail(format!("a task waited {wait_max_ms:.0} ms parked"));
+    let out = ctx.output(busy);
+    let gaps = crate::workload::parse_gaps(&out);
+    let ms = |g: &crate::workload::Gap| g.len_ns as f64 / 1e6;
+    let stuck = gaps.iter().filter(|g| ms(g) >= RT_STUCK_MS).count();
+    // Where the long waits were: on the RT thread's CPU throughout (1>1), or not.
+    let long: Vec<String> = gaps.iter().filter(|g| ms(g) >= RT_STUCK_MS / 2.0).map(|g| format!("{:.1}@cpu={}", ms(g), g.cpus)).collect();
+    ctx.figure("long_gaps", format!("[{}]", long.join(",")));
+    ctx.figure("gaps_over_2ms", gaps.len());
+    ctx.figure("stuck", stuck);
+    ctx.figure("gap_max_ms", format!("{:.1}", gaps.iter().map(ms).fold(0.0, f64::max)));
+    if u[1] < 0.25 {
+        ctx.fail(format!("the RT thread got {:.3} CPUs, not the ~0.5 it asks for: nothing was tested", u[1]));
     }
-    if used > 0.04 {
-        ctx.fail(format!("rescues let the group use {used:.4} CPUs (limit 0.001)"));
+    if u[0] < RT_HOG_MIN {
+        ctx.fail(format!("the busy thread got {:.3} CPUs beside an RT thread on the other CPU, min {RT_HOG_MIN}", u[0]));
     }
-    ctx.kill_works(w);
+    if stuck > RT_STUCK_ALLOWED {
+        ctx.fail(format!("the busy thread went {stuck} times {RT_STUCK_MS} ms or more without running while a CPU was free (allowed {RT_STUCK_ALLOWED})"));
+    }
     Ok(())
 }
 
@@ -261,68 +251,6 @@ fn stress(ctx: &mut Ctx) -> Result<(), String> {
         ctx.figure("fork.discard_ms", format!("{:.1}", crate::stats::num(g, "throttled_discard_usec")? / 1e3));
     }
     end_fork_storm(ctx, storm, 100, Duration::from_secs(15))
-}
-
-/// Least share of a CPU the busy thread of `rt_neighbour` must get.
-const RT_HOG_MIN: f64 = 0.95;
-/// A stretch this long without running is the busy thread of `rt_neighbour` waiting out
-/// a whole RT burn (50 ms) on the CPU the RT thread took; the agent, also SCHED_FIFO,
-/// runs up to about 12 ms at a time, and with both CPUs taken no task can run.
-const RT_STUCK_MS: f64 = 40.0;
-/// Such waits tolerated in one run (see `rt_neighbour`).
-const RT_STUCK_ALLOWED: usize = 1;
-
-/// An RT task that takes a CPU must not hold up the sched_ext task it preempted while the
-/// other CPU idles: the kernel leaves that task at the head of the taken CPU's local
-/// queue, where no other CPU looks (ops.cpu_release sends it back through enqueue). The
-/// scheduler's own agent is such an RT task. A SCHED_FIFO thread pinned to CPU 1 burns
-/// 50 ms and sleeps 50 ms; one busy thread of an unlimited group beside it (`gaps`, which
-/// reports every stretch it did not run) has CPU 0 free all the time. Checked: it gets at
-/// least RT_HOG_MIN of a CPU and waits out a whole burn at most RT_STUCK_ALLOWED times.
-/// Measured 2026-12-01: 0.986-0.993 CPU and one such wait in 3 of 7 runs (`long_gaps`
-/// prints each wait over 20 ms with the CPU before and after); with cpu_release doing
-/// nothing 0.925-0.936 CPU and 16-18 such waits a run; the kernel's CFS (`--no-sched`,
-/// where it passes too) 0.999 CPU, longest wait 7.5 and 9.0 ms. Variants of the callback
-/// that did better here but worse elsewhere: docs/design.md, "Work conservation".
-fn rt_neighbour(ctx: &mut Ctx) -> Result<(), String> {
-    const WINDOW: Duration = Duration::from_secs(8);
-    let secs = (crate::runner::WARMUP + WINDOW).as_secs() + 3;
-    let busy = ctx.spawn(&Workload { cgroup: "t/a", work: Work::Gaps, pin: None }, secs)?;
-    ctx.check_on_scx(busy);
-    ctx.spawn(&Workload { cgroup: "t/rt", work: Work::RtDuty { burn_ms: 50, sleep_ms: 50 }, pin: Some(1) }, secs)?;
-    let before = if ctx.has_sched() { Some(crate::stats::fetch()?) } else { None };
-    sleep(crate::runner::WARMUP);
-    let u = ctx.measure(&["t/a", "t/rt"], WINDOW)?;
-    ctx.figure("busy_cpus", format!("{:.3}", u[0]));
-    ctx.figure("rt_cpus", format!("{:.3}", u[1]));
-    if let Some(before) = before {
-        let after = crate::stats::fetch()?;
-        ctx.figure("reenqueued", crate::stats::delta(&before, &after, "reenqueued")?);
-    }
-    let st = ctx.wait_workload(busy, Duration::from_secs(30))?;
-    if !st.success() {
-        return Err(format!("gaps workload: {}", crate::sched::describe(st)));
-    }
-    let out = ctx.output(busy);
-    let gaps = crate::workload::parse_gaps(&out);
-    let ms = |g: &crate::workload::Gap| g.len_ns as f64 / 1e6;
-    let stuck = gaps.iter().filter(|g| ms(g) >= RT_STUCK_MS).count();
-    // Where the long waits were: on the RT thread's CPU throughout (1>1), or not.
-    let long: Vec<String> = gaps.iter().filter(|g| ms(g) >= RT_STUCK_MS / 2.0).map(|g| format!("{:.1}@cpu={}", ms(g), g.cpus)).collect();
-    ctx.figure("long_gaps", format!("[{}]", long.join(",")));
-    ctx.figure("gaps_over_2ms", gaps.len());
-    ctx.figure("stuck", stuck);
-    ctx.figure("gap_max_ms", format!("{:.1}", gaps.iter().map(ms).fold(0.0, f64::max)));
-    if u[1] < 0.25 {
-        ctx.fail(format!("the RT thread got {:.3} CPUs, not the ~0.5 it asks for: nothing was tested", u[1]));
-    }
-    if u[0] < RT_HOG_MIN {
-        ctx.fail(format!("the busy thread got {:.3} CPUs beside an RT thread on the other CPU, min {RT_HOG_MIN}", u[0]));
-    }
-    if stuck > RT_STUCK_ALLOWED {
-        ctx.fail(format!("the busy thread went {stuck} times {RT_STUCK_MS} ms or more without running while a CPU was free (allowed {RT_STUCK_ALLOWED})"));
-    }
-    Ok(())
 }
 
 /// Longest a cgroup move may wait in `move_latency`: 0.4 of the group's 250 ms period, five
@@ -547,4 +475,76 @@ fn stall_snapshot(waiter: i32, cgroup: &str, since: u64) -> String {
         }
     }
     line
+}
+
+/// 40 busy threads in a group allowed 1 ms per second: one thread runs per period, so a
+/// fair rotation alone would leave each waiting about 40 s, past the sched_ext watchdog's
+/// 30 s (the scheduler would be ejected) and the kernel's 21 s RCU stall warning. Checked over
+/// 40 s: the scheduler stays attached, tasks were rescued, the longest throttle wait is
+/// under 6.5 s (a parked task is looked at when its group's refill releases it: rescue
+/// after 5 s, at the next refill, 1 s here, then a CPU), and the group's usage stays
+/// small: each rescue runs until the next tick at most (≤ 40 × 4 ms per 5 s = 0.032 CPU,
+/// plus the quota).
+fn rescue(ctx: &mut Ctx) -> Result<(), String> {
+    let w = ctx.spawn(&hog("t/a", 40), 60)?;
+    ctx.check_on_scx(w);
+    let used = ctx.measure(&["t/a"], Duration::from_secs(40))?[0];
+    ctx.figure("usage_cpus", format!("{used:.4}"));
+    ctx.healthy()?;
+    for e in ctx.exited_works(w) {
+        ctx.fail(e);
+    }
+    let m = crate::stats::fetch()?;
+    let rescued = crate::stats::num(&m, "rescued")?;
+    let g = crate::stats::group(&m, "t/a")?;
+    let wait_max_ms = g["wait_max_us"].as_f64().unwrap_or(f64::NAN) / 1e3;
+    ctx.figure("rescued", rescued);
+    ctx.figure("wait_max_ms", format!("{wait_max_ms:.0}"));
+    if rescued < 1.0 {
+        ctx.fail("no task was rescued");
+    }
+    if !(wait_max_ms < 6500.0) {
+        ctx.fail(format!("a task waited {wait_max_ms:.0} ms parked"));
+    }
+    if used > 0.04 {
+        ctx.fail(format!("rescues let the group use {used:.4} CPUs (limit 0.001)"));
+    }
+    ctx.kill_works(w);
+    Ok(())
+}
+
+/// The agent stops (SIGSTOP) for 3 s while its group is throttled. Without it nobody
+/// refills the pool, so the group's tasks would stay parked until it comes back (or the
+/// watchdog fires, for a longer stop). The BPF safety net refills a group whose last refill
+/// is 3 periods old: the group keeps running at about a third of its limit, never above
+/// it, the scheduler stays attached, and after SIGCONT the agent enforces ±2 % again.
+fn agent_stall(ctx: &mut Ctx) -> Result<(), String> {
+    let w = ctx.spawn(&hog("t/a", 2), 60)?;
+    ctx.check_on_scx(w);
+    measure_ratio(ctx, "before", "t/a", 0.2, 0.02)?;
+    let pid = ctx.sched_pid().ok_or("no scheduler")?;
+    crate::sched::signal(pid, libc::SIGSTOP);
+    let t = Instant::now();
+    sleep(Duration::from_millis(300));
+    let stalled = ctx.measure(&["t/a"], Duration::from_secs(2));
+    let rest = Duration::from_secs(3).saturating_sub(t.elapsed());
+    sleep(rest);
+    crate::sched::signal(pid, libc::SIGCONT);
+    let stalled = stalled?[0];
+    ctx.figure("stalled.usage_cpus", format!("{stalled:.3}"));
+    if stalled < 0.2 / 3.0 * 0.5 {
+        ctx.fail(format!("agent stopped: the group got {stalled:.3} CPUs, parked without a safety net"));
+    }
+    if stalled > 0.2 * 1.05 {
+        ctx.fail(format!("agent stopped: the group got {stalled:.3} CPUs, above its 0.2 limit"));
+    }
+    ctx.healthy()?;
+    measure_ratio(ctx, "after", "t/a", 0.2, 0.02)?;
+    let m = crate::stats::fetch()?;
+    let n = crate::stats::num(crate::stats::group(&m, "t/a")?, "nr_safety_refills")?;
+    ctx.figure("safety_refills", n);
+    if n < 1.0 {
+        ctx.fail("no safety-net refill recorded");
+    }
+    Ok(())
 }
