@@ -11,61 +11,6 @@ use crate::runner::Ctx;
 use std::thread::sleep;
 use std::time::Duration;
 
-/// The scenarios of this file, in the order a run takes them.
-pub(super) fn scenarios() -> Vec<Scenario> {
-    vec![
-        Scenario {
-            name: "small_quota",
-            about: "fork storm in a 5ms/100ms group (quota = one slice) beside 4 unlimited hogs: usage within ±5 % of the limit, at most 1 % of its quota discarded by refills while throttled",
-            needs_sched: false,
-            limits: vec![lim("t/q", SMALL_QUOTA_US, SMALL_PERIOD_US)],
-            cgroups: vec!["t/q", "t/bg"],
-            body: Body::Custom(small_quota),
-        },
-        Scenario {
-            name: "burst_hog",
-            about: "60ms/100ms + 60ms burst, 2 hogs: usage <= limit (1 + burst/(quota periods)) + 2%",
-            needs_sched: false,
-            limits: vec![Limit { burst_us: 60_000, ..lim("t/a", 60_000, 100_000) }],
-            cgroups: vec![],
-            body: one_phase(
-                vec![hog("t/a", 2)],
-                // 40 periods in the 4 s window: 1 + 60/(60·40) = 1.025, + 2 %.
-                vec![Check::AtMostLimit { cgroup: "t/a", tol: 0.045 }, Check::AtLeastLimit { cgroup: "t/a", tol: 0.02 }],
-            ),
-        },
-        custom(
-            "burst_latency_strict",
-            "100ms/100ms, no burst, 2 threads burning 60ms every 200ms: throttled, first burns > 66ms",
-            false,
-            lim("t/a", 100_000, 100_000),
-            bursty_strict,
-        ),
-        custom(
-            "burst_latency",
-            "100ms/100ms + 100ms burst, 2 threads burning 60ms every 200ms: never throttled, p99 burn <= 66ms",
-            false,
-            Limit { burst_us: 100_000, ..lim("t/a", 100_000, 100_000) },
-            bursty_burst,
-        ),
-        custom(
-            "under_quota",
-            "60ms/100ms + 60ms burst, 2 threads burning 20ms every 100ms: used_nr_bursts == 0",
-            false,
-            Limit { burst_us: 60_000, ..lim("t/a", 60_000, 100_000) },
-            under_quota,
-        ),
-        Scenario {
-            name: "slack",
-            about: "400ms/400ms, hog on CPU 0 + 400ms-on/400ms-off on CPU 1: group at cap ±1% with and without slack return",
-            needs_sched: true,
-            limits: vec![lim("t/a", 400_000, 400_000)],
-            cgroups: vec!["t/a/x", "t/a/y"],
-            body: Body::Custom(slack),
-        },
-    ]
-}
-
 /// The limit of `small_quota`'s group: its quota is one slice.
 const SMALL_QUOTA_US: u64 = 5_000;
 const SMALL_PERIOD_US: u64 = 100_000;
@@ -436,4 +381,59 @@ fn slack(ctx: &mut Ctx) -> Result<(), String> {
         ctx.fail(format!("A got {:.3} CPUs with slack return, {:.3} without", a_cpus[0], a_cpus[1]));
     }
     Ok(())
+}
+
+/// The scenarios of this file, in the order a run takes them.
+pub(super) fn scenarios() -> Vec<Scenario> {
+    vec![
+        Scenario {
+            name: "small_quota",
+            about: "fork storm in a 5ms/100ms group (quota = one slice) beside 4 unlimited hogs: usage within ±5 % of the limit, at most 1 % of its quota discarded by refills while throttled",
+            needs_sched: false,
+            limits: vec![lim("t/q", SMALL_QUOTA_US, SMALL_PERIOD_US)],
+            cgroups: vec!["t/q", "t/bg"],
+            body: Body::Custom(small_quota),
+        },
+        Scenario {
+            name: "burst_hog",
+            about: "60ms/100ms + 60ms burst, 2 hogs: usage <= limit (1 + burst/(quota periods)) + 2%",
+            needs_sched: false,
+            limits: vec![Limit { burst_us: 60_000, ..lim("t/a", 60_000, 100_000) }],
+            cgroups: vec![],
+            body: one_phase(
+                vec![hog("t/a", 2)],
+                // 40 periods in the 4 s window: 1 + 60/(60·40) = 1.025, + 2 %.
+                vec![Check::AtMostLimit { cgroup: "t/a", tol: 0.045 }, Check::AtLeastLimit { cgroup: "t/a", tol: 0.02 }],
+            ),
+        },
+        custom(
+            "burst_latency_strict",
+            "100ms/100ms, no burst, 2 threads burning 60ms every 200ms: throttled, first burns > 66ms",
+            false,
+            lim("t/a", 100_000, 100_000),
+            bursty_strict,
+        ),
+        custom(
+            "burst_latency",
+            "100ms/100ms + 100ms burst, 2 threads burning 60ms every 200ms: never throttled, p99 burn <= 66ms",
+            false,
+            Limit { burst_us: 100_000, ..lim("t/a", 100_000, 100_000) },
+            bursty_burst,
+        ),
+        custom(
+            "under_quota",
+            "60ms/100ms + 60ms burst, 2 threads burning 20ms every 100ms: used_nr_bursts == 0",
+            false,
+            Limit { burst_us: 60_000, ..lim("t/a", 60_000, 100_000) },
+            under_quota,
+        ),
+        Scenario {
+            name: "slack",
+            about: "400ms/400ms, hog on CPU 0 + 400ms-on/400ms-off on CPU 1: group at cap ±1% with and without slack return",
+            needs_sched: true,
+            limits: vec![lim("t/a", 400_000, 400_000)],
+            cgroups: vec!["t/a/x", "t/a/y"],
+            body: Body::Custom(slack),
+        },
+    ]
 }

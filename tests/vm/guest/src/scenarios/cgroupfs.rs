@@ -9,38 +9,6 @@ use crate::runner::Ctx;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-/// The scenarios of this file, in the order a run takes them.
-pub(super) fn scenarios() -> Vec<Scenario> {
-    vec![
-        Scenario {
-            name: "deep_cpu_max",
-            about: "cpu.max on 17 nested cgroups (one more than a chain holds): the scheduler stays, the 16 outermost limits are enforced (±5%), the cut is an error in the log and a stat",
-            needs_sched: true,
-            limits: vec![],
-            // Only the top: the body creates the 17 levels (t/c01/../c17); the runner
-            // removes the tree afterwards.
-            cgroups: vec!["t/c01"],
-            body: Body::Custom(deep_cpu_max),
-        },
-        Scenario {
-            name: "cpu_max",
-            about: "no config: cpu.max set before attach and written while running is enforced (±2%), \"max\" frees, cpu.max.burst lets a paused group burst",
-            needs_sched: true,
-            limits: vec![],
-            cgroups: vec!["t/a"],
-            body: Body::Custom(cpu_max),
-        },
-        Scenario {
-            name: "churn",
-            about: "no config: 200 cpu.max-limited cgroups created and removed in a loop for 30 s while a hog moves between them; a group removed while throttled comes back with its new limit",
-            needs_sched: true,
-            limits: vec![],
-            cgroups: vec!["t/h", "t/c"],
-            body: Body::Custom(churn),
-        },
-    ]
-}
-
 /// Limits written to cgroupfs, as systemd, Docker or Kubernetes do, with no configuration:
 /// (1) a cpu.max set before the scheduler starts is enforced from attach on; (2) one written
 /// while a group runs limits it within a period and then to ±2 %; (3) "max" frees it;
@@ -228,4 +196,36 @@ fn churn(ctx: &mut Ctx) -> Result<(), String> {
     let lost = crate::stats::num(&crate::stats::fetch()?, "event_lost")?;
     ctx.figure("events_lost", lost);
     Ok(())
+}
+
+/// The scenarios of this file, in the order a run takes them.
+pub(super) fn scenarios() -> Vec<Scenario> {
+    vec![
+        Scenario {
+            name: "deep_cpu_max",
+            about: "cpu.max on 17 nested cgroups (one more than a chain holds): the scheduler stays, the 16 outermost limits are enforced (±5%), the cut is an error in the log and a stat",
+            needs_sched: true,
+            limits: vec![],
+            // Only the top: the body creates the 17 levels (t/c01/../c17); the runner
+            // removes the tree afterwards.
+            cgroups: vec!["t/c01"],
+            body: Body::Custom(deep_cpu_max),
+        },
+        Scenario {
+            name: "cpu_max",
+            about: "no config: cpu.max set before attach and written while running is enforced (±2%), \"max\" frees, cpu.max.burst lets a paused group burst",
+            needs_sched: true,
+            limits: vec![],
+            cgroups: vec!["t/a"],
+            body: Body::Custom(cpu_max),
+        },
+        Scenario {
+            name: "churn",
+            about: "no config: 200 cpu.max-limited cgroups created and removed in a loop for 30 s while a hog moves between them; a group removed while throttled comes back with its new limit",
+            needs_sched: true,
+            limits: vec![],
+            cgroups: vec!["t/h", "t/c"],
+            body: Body::Custom(churn),
+        },
+    ]
 }

@@ -11,63 +11,6 @@ use crate::runner::Ctx;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-/// The scenarios of this file, in the order a run takes them.
-pub(super) fn scenarios() -> Vec<Scenario> {
-    vec![
-        Scenario {
-            name: "attach",
-            about: "empty config: attaches as scx_bandwidth, detaches cleanly on SIGINT",
-            needs_sched: true,
-            limits: vec![],
-            cgroups: vec![],
-            body: Body::Phases(vec![], vec![]),
-        },
-        custom(
-            "exit_parked",
-            "SIGTERM to 4 threads parked by a 10ms/100ms limit: all exit within 1 s",
-            false,
-            lim("t/a", 10_000, 100_000),
-            exit_parked,
-        ),
-        custom(
-            "deferred_ctx",
-            "task contexts not made by init_task (as when its allocation fails): made at first use, 30ms/100ms held ±2%",
-            true,
-            lim("t/a", 30_000, 100_000),
-            deferred_ctx,
-        ),
-        custom(
-            "reload",
-            "SIGHUP: a new limit applies (±2%); a broken config is refused with an error naming it and the old limit stays",
-            true,
-            lim("t/a", 30_000, 100_000),
-            reload,
-        ),
-        Scenario {
-            name: "hotplug",
-            about: "CPU 1 offline/online every 500 ms for 20 s under two throttled groups and a limited unthrottled one: scheduler stays attached, runtime of the CPU going away returns to the pools, usage = limit ±5%, every hog finishes",
-            needs_sched: true,
-            limits: vec![lim("t/a", 30_000, 100_000), lim("t/b", 15_000, 50_000), lim("t/c", 150_000, 100_000)],
-            cgroups: vec![],
-            body: Body::Custom(hotplug),
-        },
-        custom(
-            "sigkill_throttled",
-            "SIGKILL of the agent while a group is throttled: sched_ext disabled, every task finishes under the default scheduler",
-            true,
-            lim("t/a", 20_000, 100_000),
-            sigkill_throttled,
-        ),
-        custom(
-            "sigint_throttled",
-            "SIGINT while a group is throttled: clean detach, the hog finishes normally",
-            true,
-            lim("t/a", 20_000, 100_000),
-            sigint_throttled,
-        ),
-    ]
-}
-
 /// Tasks parked by a throttled group must still be able to die: a fatal signal has to
 /// reach every thread, which needs each to run once more. They may wait for the next
 /// refill (100 ms here) but never for the watchdog.
@@ -318,4 +261,61 @@ fn sigint_throttled(ctx: &mut Ctx) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// The scenarios of this file, in the order a run takes them.
+pub(super) fn scenarios() -> Vec<Scenario> {
+    vec![
+        Scenario {
+            name: "attach",
+            about: "empty config: attaches as scx_bandwidth, detaches cleanly on SIGINT",
+            needs_sched: true,
+            limits: vec![],
+            cgroups: vec![],
+            body: Body::Phases(vec![], vec![]),
+        },
+        custom(
+            "exit_parked",
+            "SIGTERM to 4 threads parked by a 10ms/100ms limit: all exit within 1 s",
+            false,
+            lim("t/a", 10_000, 100_000),
+            exit_parked,
+        ),
+        custom(
+            "deferred_ctx",
+            "task contexts not made by init_task (as when its allocation fails): made at first use, 30ms/100ms held ±2%",
+            true,
+            lim("t/a", 30_000, 100_000),
+            deferred_ctx,
+        ),
+        custom(
+            "reload",
+            "SIGHUP: a new limit applies (±2%); a broken config is refused with an error naming it and the old limit stays",
+            true,
+            lim("t/a", 30_000, 100_000),
+            reload,
+        ),
+        Scenario {
+            name: "hotplug",
+            about: "CPU 1 offline/online every 500 ms for 20 s under two throttled groups and a limited unthrottled one: scheduler stays attached, runtime of the CPU going away returns to the pools, usage = limit ±5%, every hog finishes",
+            needs_sched: true,
+            limits: vec![lim("t/a", 30_000, 100_000), lim("t/b", 15_000, 50_000), lim("t/c", 150_000, 100_000)],
+            cgroups: vec![],
+            body: Body::Custom(hotplug),
+        },
+        custom(
+            "sigkill_throttled",
+            "SIGKILL of the agent while a group is throttled: sched_ext disabled, every task finishes under the default scheduler",
+            true,
+            lim("t/a", 20_000, 100_000),
+            sigkill_throttled,
+        ),
+        custom(
+            "sigint_throttled",
+            "SIGINT while a group is throttled: clean detach, the hog finishes normally",
+            true,
+            lim("t/a", 20_000, 100_000),
+            sigint_throttled,
+        ),
+    ]
 }

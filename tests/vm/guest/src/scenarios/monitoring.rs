@@ -9,28 +9,6 @@ use crate::runner::Ctx;
 use std::thread::sleep;
 use std::time::Duration;
 
-/// The scenarios of this file, in the order a run takes them.
-pub(super) fn scenarios() -> Vec<Scenario> {
-    vec![
-        custom(
-            "stats_access",
-            "stats socket root-only (0600) by default; --stats-group opens it to that group only",
-            true,
-            lim("t/a", 30_000, 100_000),
-            stats_access,
-        ),
-        custom(
-            "monitor",
-            "--monitor 1 from a second process agrees with cgroupfs over the same tables (±1%); the stats socket is 0600 and its JSON has every field",
-            true,
-            // A short period: a window's edges cut at most one 3 ms run, not a 30 ms one
-            // (with 30/100 ms, one cut alone moves a 3 s average by up to 1 %).
-            lim("t/a", 3_000, 10_000),
-            monitor,
-        ),
-    ]
-}
-
 /// One stats request from a child process running as `uid`:`gid` (no other groups).
 fn fetch_as(uid: u32, gid: u32) -> Result<(), String> {
     use std::os::unix::process::CommandExt;
@@ -172,4 +150,26 @@ fn monitor(ctx: &mut Ctx) -> Result<(), String> {
         ctx.fail(format!("--monitor shows {shown:.3} CPUs, cgroupfs {cg:.3} over the same {} tables: more than 1 % apart", rows.len()));
     }
     Ok(())
+}
+
+/// The scenarios of this file, in the order a run takes them.
+pub(super) fn scenarios() -> Vec<Scenario> {
+    vec![
+        custom(
+            "stats_access",
+            "stats socket root-only (0600) by default; --stats-group opens it to that group only",
+            true,
+            lim("t/a", 30_000, 100_000),
+            stats_access,
+        ),
+        custom(
+            "monitor",
+            "--monitor 1 from a second process agrees with cgroupfs over the same tables (±1%); the stats socket is 0600 and its JSON has every field",
+            true,
+            // A short period: a window's edges cut at most one 3 ms run, not a 30 ms one
+            // (with 30/100 ms, one cut alone moves a 3 s average by up to 1 %).
+            lim("t/a", 3_000, 10_000),
+            monitor,
+        ),
+    ]
 }

@@ -12,50 +12,6 @@ use std::sync::Arc;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-/// The scenarios of this file, in the order a run takes them.
-pub(super) fn scenarios() -> Vec<Scenario> {
-    vec![
-        Scenario {
-            name: "rt_neighbour",
-            about: "a SCHED_FIFO thread on CPU 1 burning 50 ms of every 100: the sched_ext task it preempts moves to the free CPU, so a busy thread gets >= 0.95 CPU and waits out a 50 ms burst at most once",
-            needs_sched: false,
-            limits: vec![],
-            cgroups: vec!["t/a", "t/rt"],
-            body: Body::Custom(rt_neighbour),
-        },
-        Scenario {
-            name: "stress",
-            about: "60 s: 40 threads in 20 limited groups (periods 1 ms-1 s, nested 3 deep), a fork storm, a hog moved every 100 ms: every group ±5 %",
-            needs_sched: false,
-            limits: stress_limits(),
-            cgroups: vec!["t/s/n1/u", "t/s/n1/n2/u"],
-            body: Body::Custom(stress),
-        },
-        Scenario {
-            name: "move_latency",
-            about: "a process moved between two cgroups every 20 ms while a throttled 5ms/250ms group forks: at most one move waits over 100 ms, the group within a quota + a slice per CPU of its limit",
-            needs_sched: false,
-            limits: vec![lim("t/q", MOVE_QUOTA_US, MOVE_PERIOD_US)],
-            cgroups: vec!["t/q", "t/m1", "t/m2"],
-            body: Body::Custom(move_latency),
-        },
-        custom(
-            "rescue",
-            "40 threads under 1ms/1s: no task waits parked much over 5 s (rescue), the scheduler stays attached",
-            true,
-            lim("t/a", 1_000, 1_000_000),
-            rescue,
-        ),
-        custom(
-            "agent_stall",
-            "agent SIGSTOPped 3 s while its group is throttled: the BPF safety net keeps the group running at <= its limit, enforcement back to ±2% after SIGCONT",
-            true,
-            lim("t/a", 20_000, 100_000),
-            agent_stall,
-        ),
-    ]
-}
-
 /// Least share of a CPU the busy thread of `rt_neighbour` must get.
 const RT_HOG_MIN: f64 = 0.95;
 /// A stretch this long without running is the busy thread of `rt_neighbour` waiting out
@@ -547,4 +503,48 @@ fn agent_stall(ctx: &mut Ctx) -> Result<(), String> {
         ctx.fail("no safety-net refill recorded");
     }
     Ok(())
+}
+
+/// The scenarios of this file, in the order a run takes them.
+pub(super) fn scenarios() -> Vec<Scenario> {
+    vec![
+        Scenario {
+            name: "rt_neighbour",
+            about: "a SCHED_FIFO thread on CPU 1 burning 50 ms of every 100: the sched_ext task it preempts moves to the free CPU, so a busy thread gets >= 0.95 CPU and waits out a 50 ms burst at most once",
+            needs_sched: false,
+            limits: vec![],
+            cgroups: vec!["t/a", "t/rt"],
+            body: Body::Custom(rt_neighbour),
+        },
+        Scenario {
+            name: "stress",
+            about: "60 s: 40 threads in 20 limited groups (periods 1 ms-1 s, nested 3 deep), a fork storm, a hog moved every 100 ms: every group ±5 %",
+            needs_sched: false,
+            limits: stress_limits(),
+            cgroups: vec!["t/s/n1/u", "t/s/n1/n2/u"],
+            body: Body::Custom(stress),
+        },
+        Scenario {
+            name: "move_latency",
+            about: "a process moved between two cgroups every 20 ms while a throttled 5ms/250ms group forks: at most one move waits over 100 ms, the group within a quota + a slice per CPU of its limit",
+            needs_sched: false,
+            limits: vec![lim("t/q", MOVE_QUOTA_US, MOVE_PERIOD_US)],
+            cgroups: vec!["t/q", "t/m1", "t/m2"],
+            body: Body::Custom(move_latency),
+        },
+        custom(
+            "rescue",
+            "40 threads under 1ms/1s: no task waits parked much over 5 s (rescue), the scheduler stays attached",
+            true,
+            lim("t/a", 1_000, 1_000_000),
+            rescue,
+        ),
+        custom(
+            "agent_stall",
+            "agent SIGSTOPped 3 s while its group is throttled: the BPF safety net keeps the group running at <= its limit, enforcement back to ±2% after SIGCONT",
+            true,
+            lim("t/a", 20_000, 100_000),
+            agent_stall,
+        ),
+    ]
 }

@@ -7,11 +7,6 @@ use crate::runner::Ctx;
 use std::thread::sleep;
 use std::time::Instant;
 
-/// The scenarios of this file, in the order a run takes them.
-pub(super) fn scenarios() -> Vec<Scenario> {
-    vec![scale_scenario()]
-}
-
 /// Groups of the scale scenario: sleepers (one sleeping process each), busy ones (one hog
 /// each) and a chain of limited groups nested SCALE_DEPTH deep.
 const SCALE_SLEEPERS: usize = 1000;
@@ -116,4 +111,9 @@ fn scale(ctx: &mut Ctx) -> Result<(), String> {
     }
     drop(sleepers);
     Ok(())
+}
+
+/// The scenarios of this file, in the order a run takes them.
+pub(super) fn scenarios() -> Vec<Scenario> {
+    vec![scale_scenario()]
 }

@@ -8,20 +8,6 @@ use crate::runner::Ctx;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-/// The scenarios of this file, in the order a run takes them.
-pub(super) fn scenarios() -> Vec<Scenario> {
-    vec![
-        Scenario {
-            name: "weights",
-            about: "cpu.weight 100:300 splits CPU 1:3, reweighting to 100:100 evens it, 1 vs 3 threads at equal weight get equal shares, nice 0:5 inside a group 3.06:1, nice 0:19 on one CPU 68:1, no thread starves at weights 1 and 10000 with nice 19",
-            needs_sched: false,
-            limits: vec![],
-            cgroups: vec!["t/wa", "t/wb", "t/wn"],
-            body: Body::Custom(weights),
-        },
-    ]
-}
-
 /// Tolerance of the nice 0 : 19 split: the nice-19 thread's dozen slices over the window
 /// make one slice more or less a 7 % difference (100, the rounded weights, is 46 % off).
 const NICE_19_TOL: f64 = 0.15;
@@ -200,4 +186,18 @@ fn renice_threads(pid: u32, threads: usize, nice: i32) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// The scenarios of this file, in the order a run takes them.
+pub(super) fn scenarios() -> Vec<Scenario> {
+    vec![
+        Scenario {
+            name: "weights",
+            about: "cpu.weight 100:300 splits CPU 1:3, reweighting to 100:100 evens it, 1 vs 3 threads at equal weight get equal shares, nice 0:5 inside a group 3.06:1, nice 0:19 on one CPU 68:1, no thread starves at weights 1 and 10000 with nice 19",
+            needs_sched: false,
+            limits: vec![],
+            cgroups: vec!["t/wa", "t/wb", "t/wn"],
+            body: Body::Custom(weights),
+        },
+    ]
 }
