@@ -4,7 +4,7 @@
 //! flows the phase model does not cover. Tolerances here are the specification; do not
 //! loosen them to make a run pass.
 //!
-//! The scenarios are in one file per area, each listing its own in `scenarios()`:
+//! The scenarios are in one file per area, each listing its own in `scenarios()` at its end:
 //! lifecycle (attach, reload, hotplug, exit), limits, weights, burst_slack, cgroupfs (cpu.max
 //! without a config), monitoring (statistics), reliability (agent stall, rescue, stress, RT
 //! neighbour, move latency) and scale; bench holds the benchmark bodies. This file holds the
