@@ -13,6 +13,13 @@ use scx_bandwidth::{cgroups, config, opts::Opts, scheduler::Scheduler, stats};
 /// Exit code for bad input (configuration, command line): nothing attached.
 const EXIT_USAGE: u8 = 2;
 
+/// Present when the running kernel has sched_ext (CONFIG_SCHED_CLASS_EXT).
+const SCHED_EXT_SYSFS: &str = "/sys/kernel/sched_ext";
+
+fn kernel_release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease").map_or_else(|_| "unknown".into(), |s| s.trim().to_string())
+}
+
 /// Set by SIGHUP; the agent's loop re-reads the configuration (within 250 ms).
 static RELOAD: AtomicBool = AtomicBool::new(false);
 
@@ -85,6 +92,19 @@ fn main() -> ExitCode {
             }
         };
     }
+    // Without sched_ext, loading would fail deep in libbpf ("sched_ext_ops.dump() missing,
+    // kernel too old?"); say what is missing and where to go instead.
+    if !std::path::Path::new(SCHED_EXT_SYSFS).is_dir() {
+        error!(
+            "this kernel ({}) has no sched_ext ({SCHED_EXT_SYSFS} is missing): scx_bandwidth needs \
+             one built with CONFIG_SCHED_CLASS_EXT=y (e.g. Debian's linux-image 7.3 from \
+             trixie-backports); to try it without one, run tests/vm/demo, which boots such a \
+             kernel under qemu",
+            kernel_release()
+        );
+        return ExitCode::FAILURE;
+    }
+
     let root = match cgroups::cgroup2_mount() {
         Ok(r) => r,
         Err(e) => {

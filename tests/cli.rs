@@ -184,3 +184,16 @@ fn unreadable_config_exits_2() {
     assert!(err.contains("secret.toml: cannot read") && err.contains("Permission denied"), "{err}");
     assert!(!err.contains("attached"), "{err}");
 }
+
+/// On a kernel without sched_ext (as on the machines that build this project) the binary
+/// says so and where to go, instead of libbpf's "dump() missing, kernel too old?".
+#[test]
+fn kernel_without_sched_ext_is_named() {
+    if std::path::Path::new("/sys/kernel/sched_ext").exists() {
+        eprintln!("skipped: this kernel has sched_ext");
+        return;
+    }
+    let (code, err) = run(&[]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("has no sched_ext") && err.contains("CONFIG_SCHED_CLASS_EXT") && err.contains("tests/vm/demo"), "{err}");
+}
