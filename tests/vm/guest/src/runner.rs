@@ -132,7 +132,7 @@ impl<'a> Ctx<'a> {
             child: Some(child),
         });
         // Joining a cgroup can wait for a task a throttled group parked inside the kernel
-        // (README, "Tasks holding the kernel up run on credit": fewer since, not none):
+        // (docs/design.md, "Tasks holding the kernel up run on credit": fewer since, not none):
         // until that group's refill, or the rescue after BW_RESCUE_MS (5 s). Seen once in
         // stress, past the old 5 s limit; the wait is printed (`join_ms`) when over a second.
         let want = w.cgroup.trim_matches('/');
