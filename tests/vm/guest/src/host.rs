@@ -112,39 +112,17 @@ pub fn parse_proc_stat(text: &str) -> Option<(u64, u64, u64)> {
     Some((v.iter().sum(), busy, v[7]))
 }
 
-/// utime + stime of /proc/PID/stat (fields 14 and 15; the name in parentheses may hold spaces).
-pub fn parse_pid_stat(text: &str) -> Option<u64> {
-    let rest = &text[text.rfind(')')? + 1..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    // After ")": state is field 3, so utime (14) and stime (15) are at 11 and 12.
-    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
-}
-
-/// The run-queue wait of /proc/PID/task/TID/schedstat: "exec_ns wait_ns timeslices".
-pub fn parse_schedstat_wait(text: &str) -> Option<u64> {
-    text.split_whitespace().nth(1)?.parse().ok()
-}
-
-/// qemu's (CPU ticks, run-queue wait ns of its live threads); zeros before it started.
+/// qemu's (CPU ticks, run-queue wait ns of its vCPU threads); zeros before it started.
 fn qemu_figures(pidfile: &Path) -> (u64, u64) {
-    let pid = std::fs::read_to_string(pidfile).unwrap_or_default();
-    let pid = pid.trim();
-    if pid.is_empty() {
+    use crate::sched::{cpu_ticks, thread_schedstat, threads};
+    let Some(pid) = std::fs::read_to_string(pidfile).ok().and_then(|s| s.trim().parse::<u32>().ok()) else {
         return (0, 0);
-    }
-    let ticks = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok().as_deref().and_then(parse_pid_stat).unwrap_or(0);
+    };
     // The vCPU threads ("CPU 0/TCG", ...) only: qemu's other threads queue behind them on
     // a busy guest, a wait no other process causes (3-4 % on a quiet host counted over all).
-    let wait = std::fs::read_dir(format!("/proc/{pid}/task"))
-        .map(|d| {
-            d.flatten()
-                .filter(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.contains("/TCG")))
-                .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
-                .filter_map(|s| parse_schedstat_wait(&s))
-                .sum()
-        })
-        .unwrap_or(0);
-    (ticks, wait)
+    let vcpu = |tid: u32| std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm")).is_ok_and(|c| c.contains("/TCG"));
+    let wait = threads(pid).into_iter().filter(|&t| vcpu(t)).filter_map(|t| thread_schedstat(pid, t)).map(|(_, w, _)| w).sum();
+    (cpu_ticks(pid).unwrap_or(0), wait)
 }
 
 /// Where `hostload --stall-ms` keeps its running total (ns) for the watcher: beside the pidfile.
@@ -313,9 +291,6 @@ mod tests {
         let t = "cpu  100 5 20 800 10 3 2 60 0 0\ncpu0 50 2 10 400 5 1 1 30 0 0\n";
         assert_eq!(parse_proc_stat(t), Some((1000, 130, 60)));
         assert_eq!(parse_proc_stat("cpu0 1 2 3\n"), None);
-        let p = "4242 (qemu-system x86) S 1 2 3 4 5 6 7 8 9 10 250 50 0 0 20 0 9";
-        assert_eq!(parse_pid_stat(p), Some(300));
-        assert_eq!(parse_schedstat_wait("123 4567 89\n"), Some(4567));
     }
 
     #[test]
