@@ -163,18 +163,15 @@ pub fn classify(line: &str) -> Line<'_> {
 pub fn annotate(input: impl BufRead, mut out: impl Write, mut now: impl FnMut() -> Option<Sample>) -> std::io::Result<()> {
     let mut begun: Option<(String, Sample)> = None;
     for line in input.split(b'\n') {
-        let line = String::from_utf8_lossy(&line?).trim_end_matches('\r').to_string();
+        let mut line = String::from_utf8_lossy(&line?).trim_end_matches('\r').to_string();
         match classify(&line) {
             Line::Begin(name) => begun = now().map(|s| (name.to_string(), s)),
             Line::Verdict(name) => {
-                if let Some((_, a)) = begun.take().filter(|(n, _)| n == name) {
-                    if let Some(n) = now().and_then(|b| Noise::between(&a, &b)) {
-                        // Before a FAIL's free-text reason, so the figures stay key=value.
-                        let (head, reason) = line.split_at(line.find(" reason=").unwrap_or(line.len()));
-                        writeln!(out, "{head} {}{reason}", n.fields())?;
-                        out.flush()?;
-                        continue;
-                    }
+                let window = begun.take().filter(|(n, _)| n == name);
+                if let Some(n) = window.and_then(|(_, a)| Noise::between(&a, &now()?)) {
+                    // Before a FAIL's free-text reason, so the figures stay key=value.
+                    let at = line.find(" reason=").unwrap_or(line.len());
+                    line.insert_str(at, &format!(" {}", n.fields()));
                 }
             }
             Line::Other => {}
