@@ -127,17 +127,28 @@ struct task_ctx {
 	u64 act_cgid;
 	u32 act_weight;
 	/* Queued by enqueue on credit, holding the kernel up (bw_kernel_credit). */
-	u16 kernel_credit;
+	u8 kernel_credit;
 	/*
 	 * Last refused credit although it held the kernel up (its groups' debt
 	 * was at the bound): a refill releases it ahead of the others.
 	 */
-	u16 held_kernel;
+	u8 held_kernel;
+	/*
+	 * Inside fork's cgroup_threadgroup_rwsem section: set when the kernel
+	 * asks us to init the child (sched_cgroup_fork, within the section),
+	 * cleared when the child first wakes (after it); see bw_kernel_credit.
+	 */
+	u8 in_fork;
+	/*
+	 * Released by a refill as held_kernel: runs on credit to the larger
+	 * debt bound while it still holds the kernel up.
+	 */
+	u8 kernel_pass;
 	/*
 	 * 120 bytes, which with the kernel's 72-byte storage header fills a
 	 * 192-byte allocation; at 128 one CI run failed to allocate one
 	 * (task_ctx_create). Whether the larger size class mattered is not
-	 * known; the two flags fit in the old size.
+	 * known; the flags fit in the old size.
 	 */
 };
 

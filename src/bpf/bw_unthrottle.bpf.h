@@ -139,7 +139,8 @@ int bw_unthrottle(struct bw_unthrottle_args *args)
 	/*
 	 * Tasks parked holding the kernel up (bw_kernel_credit refused them at
 	 * the debt bound) go first, ahead of every queued task, and also when
-	 * the pool is dry: the debts just paid leave them room to run on
+	 * the pool is dry, with a pass to the larger debt bound
+	 * (BW_DEBT_HELD_MAX_NS): the debts just paid leave them room to run on
 	 * credit, and until they finish, cgroup moves, RCU grace periods and
 	 * their siblings' forks wait on them.
 	 */
@@ -152,6 +153,7 @@ int bw_unthrottle(struct bw_unthrottle_args *args)
 
 		if (!tctx || !tctx->held_kernel)
 			continue;
+		tctx->kernel_pass = 1;
 		if ((s64)(p->scx.dsq_vtime - front) >= 0)
 			scx_bpf_dsq_move_set_vtime(BPF_FOR_EACH_ITER, front - 1);
 		if (scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, BW_SHARED_DSQ, 0)) {

@@ -82,9 +82,13 @@ enum bw_consts {
 	BW_RESCUE_SLICE_NS	= 1000 * 1000,
 	/*
 	 * Most a group's CPUs may owe in all for runs on credit by tasks that
-	 * hold the kernel up (bw_kernel_credit): two slices.
+	 * hold the kernel up (bw_kernel_credit): two slices; twice that for
+	 * RCU readers, whose parking stalls every grace period on the machine,
+	 * and for tasks that a refill released after they were refused at the
+	 * first bound, so that none waits more than about a period.
 	 */
 	BW_DEBT_MAX_NS		= 10 * 1000 * 1000,
+	BW_DEBT_HELD_MAX_NS	= 2 * BW_DEBT_MAX_NS,
 
 	/*
 	 * Short periods: a group whose period is below this is refilled by a

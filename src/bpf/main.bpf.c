@@ -320,13 +320,14 @@ void BPF_STRUCT_OPS(bw_dispatch, s32 cpu, struct task_struct *prev)
 			 * it releases the park queue. bw_throttle() leaves the
 			 * flag clear when a refill raced with the failed pull;
 			 * such a task runs and pulls from the refilled pool.
-			 * One that holds the kernel up (enqueue found, or a refill
-			 * released it as such) runs too: running() gives it a
-			 * slice on credit.
+			 * One that holds the kernel up runs too (enqueue found it,
+			 * or it does now: queued while its group had runtime, it
+			 * was parked here unchecked, and an RCU reader so parked
+			 * held up every grace period until the refill); running()
+			 * gives it a slice on credit.
 			 */
 			if (slot >= 0 && !bw_starving(tctx) && bw_slot_throttled(slot) &&
-			    !tctx->kernel_credit &&
-			    !(tctx->held_kernel && bw_kernel_credit(p, tctx))) {
+			    !tctx->kernel_credit && !bw_kernel_credit(p, tctx)) {
 				if (scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p,
 							   BW_PARK_DSQ_BASE + slot, 0)) {
 					bw_note_parked(tctx, slot);
@@ -525,6 +526,7 @@ void BPF_STRUCT_OPS(bw_runnable, struct task_struct *p, u64 enq_flags)
 {
 	struct task_ctx *tctx = task_ctx(p);
 
+	bw_fork_section_leave(p);
 	if (!tctx)
 		return;
 	bw_refresh_chain(p, tctx);

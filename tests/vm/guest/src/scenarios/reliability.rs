@@ -238,7 +238,12 @@ const MOVE_PERIOD_US: u64 = 250_000;
 /// may be owed (10 ms) of its limit: 0.983-1.022. Later that day a stalled move in 7 of 47
 /// runs, 4 failing (up to 2.0 s: a CPU deep in debt swallowed each refill); since refills
 /// pay the debts first and release the tasks parked holding the kernel up ahead of the
-/// rest, 1 of 30 (259 ms), none failing, usage 0.962-1.047.
+/// rest, 1 of 30 (259 ms), none failing, usage 0.962-1.047. On 2026-12-02 CI failed it with
+/// 4 stalled moves (236-256 ms), and locally 1-2 stalled moves in 3 of 3 runs: RCU readers
+/// parked at the debt bound, forks parked holding the rwsem. Since forks are credited only
+/// inside the rwsem section (from cgroup_can_fork), every park checks for credit, RCU
+/// readers and tasks a refill released may use the larger bound: no stalled move in 5 of 5
+/// runs, the longest 19.5-21.8 ms, usage 1.002-1.043.
 fn move_latency(ctx: &mut Ctx) -> Result<(), String> {
     const RUN: Duration = Duration::from_secs(10);
     const QUOTA_US: u64 = MOVE_QUOTA_US;
@@ -278,8 +283,8 @@ fn move_latency(ctx: &mut Ctx) -> Result<(), String> {
     let used = (crate::cgroup::read_usage_usec("t/q")? - usage0) as f64 / 1e6 / secs;
     let ratio = used / (QUOTA_US as f64 / PERIOD_US as f64);
     // One quota of phase, and what the group's CPUs may owe for runs on credit, not yet
-    // paid (BW_DEBT_MAX_NS, 10 ms).
-    let tol = (QUOTA_US as f64 + 10_000.0) / (QUOTA_US as f64 * secs * 1e6 / PERIOD_US as f64);
+    // paid (BW_DEBT_HELD_MAX_NS, 20 ms, the larger of the two bounds).
+    let tol = (QUOTA_US as f64 + 20_000.0) / (QUOTA_US as f64 * secs * 1e6 / PERIOD_US as f64);
     ctx.figure("q.ratio", format!("{ratio:.3}"));
     ctx.figure("q.tol", format!("{tol:.3}"));
     if (ratio - 1.0).abs() > tol {
