@@ -90,7 +90,8 @@ impl<'a> Scheduler<'a> {
 /// (and says so).
 pub(super) fn launch_stats_server(group: Option<u32>) -> Option<StatsLink> {
     // SAFETY: umask is process-wide and this runs before any other thread
-    // creates files; it makes the socket 0600 from the start.
+    // creates files; it makes the socket root-only from the start (0700: bind
+    // gives a socket 0777 less the umask), and 0600 below.
     let old = unsafe { libc::umask(0o077) };
     let launched = StatsServer::<(), Metrics>::new(stats::server_data().add_stats(
         "top",
@@ -103,6 +104,11 @@ pub(super) fn launch_stats_server(group: Option<u32>) -> Option<StatsLink> {
     unsafe { libc::umask(old) };
     match launched {
         Ok(server) => {
+            use std::os::unix::fs::PermissionsExt;
+            // Execute permission means nothing on a socket; 0600 says what it is.
+            if let Err(e) = std::fs::set_permissions(stats::SOCKET, std::fs::Permissions::from_mode(0o600)) {
+                warn!("chmod 600 {}: {e}", stats::SOCKET);
+            }
             if let Some(gid) = group {
                 match stats::open_socket_to(std::path::Path::new(stats::SOCKET), gid) {
                     Ok(()) => info!("stats socket {} readable by group {gid}", stats::SOCKET),

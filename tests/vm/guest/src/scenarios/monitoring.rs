@@ -82,8 +82,8 @@ fn monitor(ctx: &mut Ctx) -> Result<(), String> {
 
     let mode = std::fs::metadata(crate::stats::SOCKET).map_err(|e| format!("{}: {e}", crate::stats::SOCKET))?.permissions().mode();
     ctx.figure("socket_mode", format!("{:o}", mode & 0o777));
-    if mode & 0o077 != 0 {
-        ctx.fail(format!("stats socket mode {:o}: open to non-root users", mode & 0o777));
+    if mode & 0o777 != 0o600 {
+        ctx.fail(format!("stats socket mode {:o}: want 600 (root-only, as --stats-group's help says)", mode & 0o777));
     }
     let meta = crate::stats::request("stats_meta")?;
     let m = crate::stats::fetch()?;
