@@ -288,6 +288,8 @@ fn move_latency(ctx: &mut Ctx) -> Result<(), String> {
     ctx.figure("q.ratio", format!("{ratio:.3}"));
     ctx.figure("q.tol", format!("{tol:.3}"));
     if (ratio - 1.0).abs() > tol {
+        // What the group's threads wait on, for a run that finds them stuck.
+        println!("# move_latency: {}", stall_snapshot(std::process::id() as i32, "t/q", crate::workload::mono_ns()));
         ctx.fail(format!("t/q used {used:.4} CPUs, {ratio:.3} of its limit (tolerance {tol:.3})"));
     }
     lat.sort_by(f64::total_cmp);
