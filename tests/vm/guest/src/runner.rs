@@ -462,6 +462,7 @@ fn run_one(sc: &Scenario, opts: &Opts) -> Option<bool> {
     // The host measures its own noise from here to the verdict line (host.rs).
     println!("SCENARIO_BEGIN {}", sc.name);
     let mut kmsg = Kmsg::from_now();
+    let threads0 = sched::all_threads();
     let t0 = Instant::now();
     let mut ctx = Ctx::new(sc.name, opts);
     match catch_unwind(AssertUnwindSafe(|| execute(&mut ctx, sc))) {
@@ -481,6 +482,7 @@ fn run_one(sc: &Scenario, opts: &Opts) -> Option<bool> {
     let ok = ctx.failures.is_empty();
     if !ok {
         ctx.report(&mut kmsg);
+        println!("# --- {}: {}", sc.name, busiest_threads(&threads0, t0.elapsed()));
     }
     let mut line = format!("SCENARIO {} {}", sc.name, if ok { "PASS" } else { "FAIL" });
     for (k, v) in &ctx.figures {
@@ -493,6 +495,53 @@ fn run_one(sc: &Scenario, opts: &Opts) -> Option<bool> {
     Some(ok)
 }
 
+/// For a failed scenario: the threads of the machine that used the most CPU since `before`
+/// was taken (`elapsed` ago), those that already existed then marked `*` (a thread an
+/// earlier scenario left running would show so), and the memory available. A run failed
+/// four scenarios in a row after `stress` with the host quiet, a limited hog getting 0.82
+/// of a limit that 2 CPUs leave room for: this names what else was running.
+fn busiest_threads(before: &std::collections::BTreeMap<(u32, u32), (String, u64, u64)>, elapsed: Duration) -> String {
+    let mut used: Vec<(u64, String)> = sched::all_threads()
+        .into_iter()
+        .map(|(id, (comm, run, _))| {
+            let old = before.get(&id);
+            let ns = run.saturating_sub(old.map_or(0, |o| o.1));
+            (ns, format!("{comm}({}/{}){}", id.0, id.1, if old.is_some() { "*" } else { "" }))
+        })
+        .filter(|(ns, _)| *ns > 0)
+        .collect();
+    used.sort_by(|a, b| b.0.cmp(&a.0));
+    let secs = elapsed.as_secs_f64().max(1e-3);
+    let top: Vec<String> =
+        used.iter().take(8).map(|(ns, name)| format!("{name} {:.3} CPUs", *ns as f64 / 1e9 / secs)).collect();
+    let mem = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| m.lines().find(|l| l.starts_with("MemAvailable:")).map(|l| l.split_whitespace().nth(1).unwrap_or("?").to_string()))
+        .unwrap_or_else(|| "?".into());
+    format!("busiest threads over {secs:.1} s (* = there before it began): {}; MemAvailable {mem} kB", top.join(", "))
+}
+
+/// The clocksource must stay what it was at the first scenario: a kernel that marks the
+/// TSC unstable switches to a clock (the HPET) that is slow to read, and in the VM every
+/// scenario after that failed. The VM boots with tsc=reliable (vm.sh); this makes any
+/// switch a failure that names itself.
+fn check_clocksource() -> Result<(), String> {
+    static FIRST: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    let read = || {
+        std::fs::read_to_string("/sys/devices/system/clocksource/clocksource0/current_clocksource")
+            .ok()
+            .map(|s| s.trim().to_string())
+    };
+    let now = read();
+    match FIRST.get_or_init(|| now.clone()) {
+        Some(first) if now.as_deref() != Some(first) => Err(format!(
+            "the clocksource changed from {first} to {} since the first scenario (the kernel's watchdog found it unstable): timings are void",
+            now.as_deref().unwrap_or("?")
+        )),
+        _ => Ok(()),
+    }
+}
+
 fn execute(ctx: &mut Ctx, sc: &Scenario) -> Result<(), String> {
     let cgs = sc.all_cgroups();
     for top in tops(&cgs) {
@@ -503,6 +552,7 @@ fn execute(ctx: &mut Ctx, sc: &Scenario) -> Result<(), String> {
             return Err(format!("sched_ext is '{st}' before the scenario started"));
         }
     }
+    check_clocksource()?;
     if !ctx.opts.cfs {
         let cfg = PathBuf::from(format!("/tmp/{}.toml", sc.name));
         std::fs::write(&cfg, render_config(sc.name, &sc.limits))
