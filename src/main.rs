@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use log::{error, info};
-use scx_bandwidth::{cgroups, config, opts::Opts, scheduler::Scheduler, stats};
+use scx_bandwidth::{cgroups, config, opts::Opts, scheduler::{LoopWaker, Scheduler}, stats};
 
 /// Exit code for bad input (configuration, command line): nothing attached.
 const EXIT_USAGE: u8 = 2;
@@ -72,11 +72,18 @@ fn main() -> ExitCode {
     };
     let shutdown = Arc::new(AtomicBool::new(false));
     let flag = shutdown.clone();
-    // The channel wakes the agent's loop at once; the flag is what it checks.
-    let (wake_tx, wake_rx) = crossbeam::channel::bounded::<()>(1);
+    // The waker wakes the agent's loop at once; the flag is what it checks.
+    let waker = match LoopWaker::new() {
+        Ok(w) => w,
+        Err(e) => {
+            error!("eventfd: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let wake = waker.clone();
     if let Err(e) = ctrlc::set_handler(move || {
         flag.store(true, Ordering::Relaxed);
-        let _ = wake_tx.try_send(());
+        wake.wake();
     }) {
         error!("cannot install the signal handler: {e}");
         return ExitCode::FAILURE;
@@ -123,8 +130,8 @@ fn main() -> ExitCode {
     loop {
         // A restart keeps what was in force: a SIGHUP reload, not the file as it was
         // at start (cgroupfs limits come back on their own through cgroup_init).
-        let result = Scheduler::init(&opts, &config, root.clone(), &mut open_object).and_then(|mut sched| {
-            let r = sched.run(shutdown.clone(), &wake_rx, &RELOAD);
+        let result = Scheduler::init(&opts, &config, root.clone(), &waker, &mut open_object).and_then(|mut sched| {
+            let r = sched.run(shutdown.clone(), &waker, &RELOAD);
             config = sched.config_in_force();
             r
         });

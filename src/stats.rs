@@ -149,6 +149,28 @@ pub struct Metrics {
     pub slack_distributions: u64,
     #[stat(desc = "Agent period-timer lateness, 99th percentile of the last 1024 refills (µs)")]
     pub timer_late_p99_us: u64,
+    #[stat(desc = "CPU time of the agent's run-loop thread (µs, cumulative): timers, events, the cgroup poll, statistics, and the wakeups themselves")]
+    pub agent_cpu_usec: u64,
+    #[stat(desc = "CPU time of the whole agent process, every thread (µs): the run loop, the events-ring reader, the stats server")]
+    pub agent_process_cpu_usec: u64,
+    #[stat(desc = "Times the agent's run loop woke (for a timer, an event from BPF, a stats request or a signal)")]
+    pub agent_wakeups: u64,
+    #[stat(desc = "Time the run loop spent expiring timers: refills, slack distribution and the unthrottle runs among them (µs)")]
+    pub agent_timers_usec: u64,
+    #[stat(desc = "Runs of the bw_unthrottle program (one per refill of a group that was throttled or had tasks parked)")]
+    pub agent_unthrottle_runs: u64,
+    #[stat(desc = "Time of those runs, the system call included (µs)")]
+    pub agent_unthrottle_usec: u64,
+    #[stat(desc = "Events from BPF the run loop handled (slack, cgroup limits, exits, idle groups' wakes)")]
+    pub agent_events: u64,
+    #[stat(desc = "Time the run loop spent handling them (µs)")]
+    pub agent_events_usec: u64,
+    #[stat(desc = "CPU time of the cgroup poll (configured paths, missed wakes) on the run loop's thread (µs)")]
+    pub agent_poll_cpu_usec: u64,
+    #[stat(desc = "CPU time of statistics on the run loop's thread: building snapshots, printing --stats, answering the stats socket (µs)")]
+    pub agent_stats_cpu_usec: u64,
+    #[stat(desc = "CPU time of configuration reloads (SIGHUP) on the run loop's thread (µs)")]
+    pub agent_reload_cpu_usec: u64,
     #[stat(desc = "Limited cgroups enforced now (slots mapped to a cgroup)")]
     pub active_groups: u64,
     #[stat(desc = "Of those, groups whose period timer is stopped: idle for a period with a full pool (cpu.stat's nr_periods does not advance)")]
@@ -327,6 +349,22 @@ impl Metrics {
             d(self.slack_distributions, prev.slack_distributions),
             d(self.hotplug, prev.hotplug),
             self.timer_late_p99_us,
+        )?;
+        let ms_s = |a: u64, b: u64| delta(a, b) as f64 / 1e3 / secs;
+        writeln!(
+            w,
+            "agent: cpu={:.1}ms/s (process {:.1}) wakeups={:.0}/s timers={:.1}ms/s (unthrottle {:.0}/s, {:.1}ms/s) \
+             events={:.0}/s {:.1}ms/s poll={:.1}ms/s stats={:.1}ms/s",
+            ms_s(self.agent_cpu_usec, prev.agent_cpu_usec),
+            ms_s(self.agent_process_cpu_usec, prev.agent_process_cpu_usec),
+            delta(self.agent_wakeups, prev.agent_wakeups) as f64 / secs,
+            ms_s(self.agent_timers_usec, prev.agent_timers_usec),
+            delta(self.agent_unthrottle_runs, prev.agent_unthrottle_runs) as f64 / secs,
+            ms_s(self.agent_unthrottle_usec, prev.agent_unthrottle_usec),
+            delta(self.agent_events, prev.agent_events) as f64 / secs,
+            ms_s(self.agent_events_usec, prev.agent_events_usec),
+            ms_s(self.agent_poll_cpu_usec, prev.agent_poll_cpu_usec),
+            ms_s(self.agent_stats_cpu_usec, prev.agent_stats_cpu_usec),
         )?;
         Ok(())
     }

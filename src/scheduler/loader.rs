@@ -16,13 +16,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use libbpf_rs::{MapCore, MapFlags, OpenObject, ProgramInput};
-use log::{info, warn};
+use log::{error, info, warn};
 use scx_utils::{scx_ops_attach, scx_ops_load, scx_ops_open, uei_exited};
 
-use super::events::spawn_event_reader;
+use super::events::EventRing;
 use super::metrics::launch_stats_server;
 use super::period::set_realtime;
-use super::{Group, Origin, Scheduler, LATENESS_SAMPLES, NSEC_PER_USEC};
+use super::{Group, LoopWaker, Origin, Scheduler, LATENESS_SAMPLES, NSEC_PER_USEC};
 use crate::bpf_intf;
 use crate::bpf_skel::*;
 use crate::config::Config;
@@ -35,6 +35,7 @@ impl<'a> Scheduler<'a> {
         opts: &Opts,
         config: &Config,
         root: PathBuf,
+        waker: &LoopWaker,
         open_object: &'a mut MaybeUninit<OpenObject>,
     ) -> Result<Self> {
         let mut builder = BpfSkelBuilder::default();
@@ -77,11 +78,18 @@ impl<'a> Scheduler<'a> {
             stats: None,
             events: None,
             config_path: opts.config.clone(),
+            cost: Default::default(),
         };
         // Helper threads start before the agent turns SCHED_FIFO: they inherit
         // the policy, and neither is time-critical.
-        sched.events = Some(spawn_event_reader(&sched.skel.maps.events)?);
-        sched.stats = launch_stats_server(opts.stats_group);
+        sched.events = match EventRing::new(&sched.skel.maps.events) {
+            Ok(r) => Some(r),
+            Err(e) => {
+                error!("events ring: {e:#}; slack is distributed at refills only, cpu.max is not followed");
+                None
+            }
+        };
+        sched.stats = launch_stats_server(opts.stats_group, waker.clone());
         for slot in 0..sched.groups.len() {
             sched.write_limits(slot);
         }
@@ -189,7 +197,11 @@ impl<'a> Scheduler<'a> {
 
     pub(super) fn unthrottle(&mut self, slot: usize) -> Result<()> {
         let mut args = bpf_intf::bw_unthrottle_args { slot: slot as u32, pad: 0, nr_released: 0 };
-        run_syscall(&self.skel.progs.bw_unthrottle, &mut args).context("bw_unthrottle")
+        let t = Instant::now();
+        let res = run_syscall(&self.skel.progs.bw_unthrottle, &mut args).context("bw_unthrottle");
+        self.cost.unthrottle += t.elapsed();
+        self.cost.unthrottle_runs += 1;
+        res
     }
 
     pub(super) fn exited(&mut self) -> bool {

@@ -12,7 +12,7 @@ use log::{error, info, warn};
 use scx_stats::prelude::*;
 
 use super::loader::{read_counters, read_local_runtimes};
-use super::{Origin, Scheduler, NSEC_PER_USEC};
+use super::{cost, LoopWaker, Origin, Scheduler, NSEC_PER_USEC};
 use crate::stats::{self, GroupMetrics, Metrics};
 
 /// The stats server and the main loop's end of its request channel.
@@ -32,6 +32,19 @@ impl<'a> Scheduler<'a> {
         m.active_groups = self.groups.iter().filter(|g| !g.free && g.timer.is_some()).count() as u64;
         m.idle_groups = self.groups.iter().filter(|g| !g.free && g.timer.is_some() && g.idle).count() as u64;
         m.slack_distributions = self.slack_distributions;
+        let us = |d: std::time::Duration| d.as_micros() as u64;
+        let c = &self.cost;
+        m.agent_cpu_usec = us(cost::thread_cpu());
+        m.agent_process_cpu_usec = us(cost::process_cpu());
+        m.agent_wakeups = c.wakeups;
+        m.agent_timers_usec = us(c.timers);
+        m.agent_unthrottle_runs = c.unthrottle_runs;
+        m.agent_unthrottle_usec = us(c.unthrottle);
+        m.agent_events = c.events;
+        m.agent_events_usec = us(c.events_time);
+        m.agent_poll_cpu_usec = us(c.poll_cpu);
+        m.agent_stats_cpu_usec = us(c.stats_cpu);
+        m.agent_reload_cpu_usec = us(c.reload_cpu);
         let mut late: Vec<u64> = self.lateness.iter().copied().collect();
         late.sort_unstable();
         m.timer_late_p99_us = late.get((late.len() * 99).div_ceil(100).saturating_sub(1)).copied().unwrap_or(0);
@@ -88,7 +101,7 @@ impl<'a> Scheduler<'a> {
 /// root-only, then opened to `group` if given. The server thread asks the main
 /// loop for a snapshot per request. Without the socket the scheduler still runs
 /// (and says so).
-pub(super) fn launch_stats_server(group: Option<u32>) -> Option<StatsLink> {
+pub(super) fn launch_stats_server(group: Option<u32>, waker: LoopWaker) -> Option<StatsLink> {
     // SAFETY: umask is process-wide and this runs before any other thread
     // creates files; it makes the socket root-only from the start (0700: bind
     // gives a socket 0777 less the umask), and 0600 below.
@@ -97,6 +110,7 @@ pub(super) fn launch_stats_server(group: Option<u32>) -> Option<StatsLink> {
         "top",
         Box::new(move |_args, (req, res): (&Sender<()>, &Receiver<Metrics>)| {
             req.send(())?;
+            waker.wake();
             res.recv()?.to_json()
         }),
     ))

@@ -4,7 +4,7 @@
 //! deadline among the groups' period timers, the slack timers, the cgroup poll
 //! and the stats report, then refills every group whose period ended
 //! (pools.rs) and asks BPF to unthrottle it (bw_unthrottle). It also wakes for
-//! messages: events from BPF (the events ring, read by a helper thread) —
+//! messages: events from BPF (the events ring, which it reads itself) —
 //! slack that CPUs returned into a throttled pool, distributed after the slack
 //! delay, and cgroups' cpu.max / cpu.max.burst values, which it enforces like
 //! configured limits (the configuration takes precedence) — and requests from
@@ -20,7 +20,8 @@
 //! - `cgroup_watch`: which cgroup each limit applies to (paths, cpu.max);
 //! - `events`: the events ring from BPF and what each event does;
 //! - `reload`: SIGHUP;
-//! - `metrics`: statistics and the stats server.
+//! - `metrics`: statistics and the stats server;
+//! - `cost`: what the agent's own work costs, by kind.
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
@@ -30,6 +31,7 @@ use crate::bpf_skel::*;
 use crate::pools::TimerQueue;
 
 mod cgroup_watch;
+mod cost;
 mod events;
 mod groups;
 mod loader;
@@ -37,7 +39,9 @@ mod metrics;
 mod period;
 mod reload;
 
-use events::EventReader;
+use cost::AgentCost;
+use events::EventRing;
+pub use events::LoopWaker;
 pub use groups::{Group, Origin};
 use metrics::StatsLink;
 
@@ -73,7 +77,9 @@ pub struct Scheduler<'a> {
     /// BW_STAT_DEEP as last reported.
     deep_seen: u64,
     stats: Option<StatsLink>,
-    events: Option<EventReader>,
+    events: Option<EventRing>,
     /// The configuration file, re-read on SIGHUP.
     config_path: Option<PathBuf>,
+    /// What the run loop spent its time on (statistics).
+    cost: AgentCost,
 }

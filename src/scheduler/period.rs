@@ -16,11 +16,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
-use crossbeam::channel::Receiver;
 use log::warn;
 use scx_utils::{uei_report, UserExitInfo};
 
-use super::{Scheduler, CGROUP_WALK_MAX, LATENESS_SAMPLES};
+use super::{cost, LoopWaker, Scheduler, CGROUP_WALK_MAX, LATENESS_SAMPLES};
 use crate::bpf_intf;
 use crate::pools::{self, Due, PeriodTimer};
 use crate::stats;
@@ -163,7 +162,7 @@ impl<'a> Scheduler<'a> {
     }
 
     /// The agent's event loop until shutdown or a scheduler exit.
-    pub fn run(&mut self, shutdown: Arc<AtomicBool>, wakeup: &Receiver<()>, reload: &AtomicBool) -> Result<UserExitInfo> {
+    pub fn run(&mut self, shutdown: Arc<AtomicBool>, waker: &LoopWaker, reload: &AtomicBool) -> Result<UserExitInfo> {
         let start = Instant::now();
         let mut next_poll = start + CGROUP_POLL;
         let mut next_stats = self.stats_every.map(|d| start + d);
@@ -171,17 +170,23 @@ impl<'a> Scheduler<'a> {
 
         while !shutdown.load(Ordering::Relaxed) && !self.exited() {
             let now = Instant::now();
+            self.cost.wakeups += 1;
             self.run_timers(now)?;
+            self.cost.timers += now.elapsed();
             // The cgroup poll (a stat() per configured group when cgroups changed) is
             // done at once. The stats report is housekeeping (see below).
             if reload.swap(false, Ordering::Relaxed) {
+                let t = cost::thread_cpu();
                 self.reload(now)?;
+                self.cost.reload_cpu += cost::thread_cpu().saturating_sub(t);
             }
             if now >= next_poll {
+                let t = cost::thread_cpu();
                 self.wake_missed(now);
                 self.report_deep_chains();
                 self.poll_cgroups(now)?;
                 next_poll = now + CGROUP_POLL;
+                self.cost.poll_cpu += cost::thread_cpu().saturating_sub(t);
             }
             if matches!(next_stats, Some(at) if now >= at) {
                 self.housekeeping(|s| {
@@ -204,27 +209,23 @@ impl<'a> Scheduler<'a> {
                 wake = next_poll;
             }
             let timeout = wake.saturating_duration_since(Instant::now());
-            let events_rx = self.events.as_ref().map(|r| r.events.clone()).unwrap_or_else(crossbeam::channel::never);
-            let req_rx = self.stats.as_ref().map(|l| l.req.clone()).unwrap_or_else(crossbeam::channel::never);
-            crossbeam::select! {
-                recv(events_rx) -> ev => {
-                    if let Ok(ev) = ev {
-                        self.on_event(ev)?;
-                    }
+            waker.wait(self.events.as_ref().map(|r| r.fd()), timeout);
+            if let Some(ring) = &self.events {
+                for ev in ring.take() {
+                    let t = Instant::now();
+                    self.on_event(ev)?;
+                    self.cost.events += 1;
+                    self.cost.events_time += t.elapsed();
                 }
-                recv(req_rx) -> req => {
-                    if req.is_ok() {
-                        self.housekeeping(|s| {
-                            let m = s.metrics();
-                            if let Some(link) = &s.stats {
-                                let _ = link.res.send(m);
-                            }
-                            Ok(())
-                        })?;
+            }
+            while self.stats.as_ref().is_some_and(|l| l.req.try_recv().is_ok()) {
+                self.housekeeping(|s| {
+                    let m = s.metrics();
+                    if let Some(link) = &s.stats {
+                        let _ = link.res.send(m);
                     }
-                }
-                recv(wakeup) -> _ => {}
-                default(timeout) => {}
+                    Ok(())
+                })?;
             }
         }
 
@@ -270,6 +271,7 @@ impl<'a> Scheduler<'a> {
     /// time-critical, so it never preempts the tasks we limit (the agent is
     /// SCHED_FIFO for its timers and the cgroup poll).
     fn housekeeping(&mut self, f: impl FnOnce(&mut Self) -> Result<()>) -> Result<()> {
+        let t = cost::thread_cpu();
         if self.realtime {
             set_realtime(false);
         }
@@ -277,6 +279,7 @@ impl<'a> Scheduler<'a> {
         if self.realtime {
             set_realtime(true);
         }
+        self.cost.stats_cpu += cost::thread_cpu().saturating_sub(t);
         res
     }
 }

@@ -53,6 +53,29 @@ pub fn group_delta(before: &Value, after: &Value, cgroup: &str, field: &str) -> 
     delta(group(before, cgroup)?, group(after, cgroup)?, field)
 }
 
+/// Where the agent's time went between two snapshots `secs` apart (its `agent_*`
+/// counters), as figures: ms per s of each kind, wakeups and unthrottle runs per s.
+pub fn agent_breakdown(before: &Value, after: &Value, secs: f64) -> Vec<(String, String)> {
+    let rate = |f: &str, scale: f64| delta(before, after, f).map(|d| d / scale / secs);
+    let mut out = Vec::new();
+    for (key, field, scale, prec) in [
+        ("agent.cpu_ms_s", "agent_cpu_usec", 1e3, 1),
+        ("agent.process_ms_s", "agent_process_cpu_usec", 1e3, 1),
+        ("agent.timers_ms_s", "agent_timers_usec", 1e3, 1),
+        ("agent.unthrottle_ms_s", "agent_unthrottle_usec", 1e3, 1),
+        ("agent.events_ms_s", "agent_events_usec", 1e3, 1),
+        ("agent.poll_ms_s", "agent_poll_cpu_usec", 1e3, 1),
+        ("agent.stats_ms_s", "agent_stats_cpu_usec", 1e3, 1),
+        ("agent.wakeups_s", "agent_wakeups", 1.0, 0),
+        ("agent.unthrottles_s", "agent_unthrottle_runs", 1.0, 0),
+        ("agent.events_s", "agent_events", 1.0, 0),
+    ] {
+        let v = rate(field, scale).map_or_else(|e| e, |v| format!("{v:.prec$}"));
+        out.push((key.to_string(), v));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -64,5 +87,15 @@ mod tests {
         assert_eq!(group_delta(&a, &b, "t/a", "nr_throttled"), Ok(2.0));
         assert!(group(&a, "t/b").is_err());
         assert!(num(group(&a, "t/a").unwrap(), "nope").is_err());
+    }
+
+    #[test]
+    fn agent_breakdown_is_per_second() {
+        let a: Value = serde_json::from_str(r#"{"agent_cpu_usec":1000,"agent_wakeups":10}"#).unwrap();
+        let b: Value = serde_json::from_str(r#"{"agent_cpu_usec":5000,"agent_wakeups":50}"#).unwrap();
+        let f = agent_breakdown(&a, &b, 2.0);
+        assert!(f.contains(&("agent.cpu_ms_s".into(), "2.0".into())));
+        assert!(f.contains(&("agent.wakeups_s".into(), "20".into())));
+        assert!(f.iter().any(|(k, v)| k == "agent.stats_ms_s" && v.contains("missing")));
     }
 }

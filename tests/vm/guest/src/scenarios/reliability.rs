@@ -165,6 +165,7 @@ fn stress(ctx: &mut Ctx) -> Result<(), String> {
     sleep(SKIP);
     let names: Vec<&str> = limits.iter().map(|l| l.cgroup).collect();
     let agent0 = ctx.sched_pid().and_then(process_cpu).map(|c| (Instant::now(), c));
+    let stats0 = if ctx.has_sched() { crate::stats::fetch().ok() } else { None };
     let used = ctx.measure(&names, RUN - SKIP - Duration::from_secs(2));
     // How much of a CPU the agent took meanwhile, and how often its threads ran: what
     // a period timer as short as 1 ms costs in user space here.
@@ -173,6 +174,11 @@ fn stress(ctx: &mut Ctx) -> Result<(), String> {
             let secs = t0.elapsed().as_secs_f64();
             ctx.figure("agent_cpus", format!("{:.3}", ns.saturating_sub(ns0) as f64 / 1e9 / secs));
             ctx.figure("agent_runs_per_s", format!("{:.0}", runs.saturating_sub(runs0) as f64 / secs));
+            if let (Some(s0), Ok(s1)) = (&stats0, crate::stats::fetch()) {
+                for (k, v) in crate::stats::agent_breakdown(s0, &s1, secs) {
+                    ctx.figure(k, v);
+                }
+            }
         }
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);

@@ -70,6 +70,7 @@ fn scale(ctx: &mut Ctx) -> Result<(), String> {
 
     let pid = ctx.sched_pid().ok_or("no scheduler")?;
     let ticks0 = crate::sched::cpu_ticks(pid).unwrap_or(0);
+    let stats0 = crate::stats::fetch()?;
     let mut watched = busy.clone();
     watched.push(deep);
     let used = ctx.measure(&watched, window)?;
@@ -79,6 +80,9 @@ fn scale(ctx: &mut Ctx) -> Result<(), String> {
     ctx.figure("agent_ms_per_s", format!("{agent_ms_per_s:.1}"));
 
     let m = crate::stats::fetch()?;
+    for (k, v) in crate::stats::agent_breakdown(&stats0, &m, window.as_secs_f64()) {
+        ctx.figure(k, v);
+    }
     let enforced = crate::stats::num(&m, "active_groups")?;
     let expected = (SCALE_SLEEPERS + SCALE_BUSY + SCALE_DEPTH) as f64;
     ctx.figure("active_groups", enforced);
