@@ -27,17 +27,25 @@
  * Restart the safety net's clock (the last refill may be long ago), a short
  * period's BPF timer, and ask the agent to restart its timer. If the ring is
  * full, the agent's next cgroup poll sees idle cleared and restarts it then.
+ *
+ * The agent starts the period at refilled_at, the time stamped here, not when
+ * it reads the event: the event need not wake it if it wakes anyway well
+ * before the period ends (within half of it), which spares a wakeup for every
+ * idle group that runs again (1,000 groups of sleepers: 100 a second).
  */
 static void bw_wake(struct bw_group *g, u32 slot)
 {
-	u64 now;
+	u64 now, wake_at, flags = 0;
 
 	if (__sync_val_compare_and_swap(&g->idle, 1, 0) != 1)
 		return;
 	now = bpf_ktime_get_ns();
 	WRITE_ONCE(g->refilled_at, now);
 	bw_short_timer_resume(g, slot, now);
-	bw_emit(BW_EV_WAKE, slot, g->cgid, 0, 0, 0);
+	wake_at = READ_ONCE(bw_agent_wake_at);
+	if (wake_at && (s64)(wake_at - now) < (s64)(READ_ONCE(g->period) / 2))
+		flags = BPF_RB_NO_WAKEUP;
+	bw_emit_flags(BW_EV_WAKE, slot, g->cgid, 0, 0, 0, flags);
 }
 
 /*

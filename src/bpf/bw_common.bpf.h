@@ -44,6 +44,14 @@ volatile u64 bw_cgroup_seq;
  * (under TCG a 60 ms burn was seen taking 82 ms without being switched out).
  */
 volatile u32 bw_nr_slots;
+/*
+ * CLOCK_MONOTONIC time by which the agent's run loop wakes anyway (its next
+ * deadline), written before it sleeps. An event that can wait until then is
+ * queued without waking it (BPF_RB_NO_WAKEUP): under emulation a wakeup of
+ * the agent costs more than the event's handling, and on hardware it still
+ * preempts whatever ran on that CPU.
+ */
+volatile u64 bw_agent_wake_at;
 
 static __always_inline u32 bw_slots(void)
 {
@@ -181,8 +189,12 @@ struct {
 	__uint(max_entries, 256 * 1024);
 } events SEC(".maps");
 
-/* Queue an event for the agent; false (and counted) when the ring is full. */
-static bool bw_emit(u32 kind, u32 slot, u64 cgid, u64 period_us, u64 quota_us, u64 burst_us)
+/*
+ * Queue an event for the agent; false (and counted) when the ring is full.
+ * @flags: 0 wakes the agent, BPF_RB_NO_WAKEUP leaves the event for its next
+ * wakeup (see bw_agent_wake_at).
+ */
+static bool bw_emit_flags(u32 kind, u32 slot, u64 cgid, u64 period_us, u64 quota_us, u64 burst_us, u64 flags)
 {
 	struct bw_event *ev = bpf_ringbuf_reserve(&events, sizeof(*ev), 0);
 
@@ -196,8 +208,14 @@ static bool bw_emit(u32 kind, u32 slot, u64 cgid, u64 period_us, u64 quota_us, u
 	ev->period_us = period_us;
 	ev->quota_us = quota_us;
 	ev->burst_us = burst_us;
-	bpf_ringbuf_submit(ev, 0);
+	bpf_ringbuf_submit(ev, flags);
 	return true;
+}
+
+/* Queue an event that the agent must see at once. */
+static bool bw_emit(u32 kind, u32 slot, u64 cgid, u64 period_us, u64 quota_us, u64 burst_us)
+{
+	return bw_emit_flags(kind, slot, cgid, period_us, quota_us, burst_us, 0);
 }
 
 static __always_inline struct task_ctx *task_ctx(const struct task_struct *p)

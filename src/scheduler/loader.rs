@@ -155,6 +155,13 @@ impl<'a> Scheduler<'a> {
         self.groups[slot].agent_refilled_ns = now;
     }
 
+    /// Tell BPF when the run loop wakes at the latest (bw_agent_wake_at), before it sleeps.
+    pub(super) fn publish_wake_at(&mut self, ns: u64) {
+        let bss = self.bss();
+        // SAFETY: aligned u64 in the mmapped .bss; only the agent writes it.
+        unsafe { AtomicU64::from_ptr(&raw mut bss.bw_agent_wake_at) }.store(ns, Ordering::Release);
+    }
+
     /// bw_group.refilled_at as BPF sees it.
     pub(super) fn refill_stamp(&mut self, slot: usize) -> u64 {
         let g = &mut self.bss().bw_groups[slot];

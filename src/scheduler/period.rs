@@ -58,14 +58,20 @@ impl<'a> Scheduler<'a> {
     }
 
     /// A CPU pulled from the pool of idle `slot` (BW_EV_WAKE, or seen by the poll):
-    /// restart its period timer. BPF restarted the safety net's clock; take it over.
+    /// restart its period timer. The period started when BPF stamped the pull in
+    /// refilled_at (the event may reach us later: bw_wake does not wake us when we
+    /// wake anyway within half a period); a stamp older than a period is not that
+    /// pull's (a missed wake found by the poll), and the period starts now.
     pub(super) fn wake(&mut self, slot: usize, now: Instant) {
         let Some(g) = self.groups.get_mut(slot) else { return };
         if g.free || g.timer.is_none() || !g.idle {
             return;
         }
+        let period = Duration::from_micros(g.cfg.period_us);
+        let ago = Duration::from_nanos(stats::monotonic_ns().saturating_sub(self.refill_stamp(slot)));
+        let start = if ago < period { now.checked_sub(ago).unwrap_or(now) } else { now };
         let usage = self.bss().bw_groups[slot].usage;
-        self.start_period(slot, usage, now);
+        self.start_period(slot, usage, start);
     }
 
     /// Wakes the ring could not carry (it was full): idle groups whose flag a CPU cleared.
@@ -209,6 +215,7 @@ impl<'a> Scheduler<'a> {
                 wake = next_poll;
             }
             let timeout = wake.saturating_duration_since(Instant::now());
+            self.publish_wake_at(stats::monotonic_ns() + timeout.as_nanos() as u64);
             waker.wait(self.events.as_ref().map(|r| r.fd()), timeout);
             if let Some(ring) = &self.events {
                 for ev in ring.take() {
