@@ -76,7 +76,7 @@ pub struct GroupMetrics {
     pub wait_p99_us: u64,
     #[stat(desc = "Longest throttle wait since start (µs)")]
     pub wait_max_us: u64,
-    #[stat(desc = "Throttle-wait histogram: bucket i counts waits below bucket_upper_us(i), four buckets per power of two")]
+    #[stat(desc = "Throttle-wait histogram: bucket i counts waits below bucket_upper_us(i), four buckets per power of two; empty buckets after the last one counted are left out")]
     pub wait_hist: Vec<u64>,
     #[stat(desc = "CPU time used in each of the last periods, oldest first (µs)")]
     pub history_usec: Vec<u64>,

@@ -10,6 +10,7 @@
 
 use std::collections::VecDeque;
 use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, AsRawFd};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -242,6 +243,52 @@ pub(super) fn read_counter(map: &libbpf_rs::Map, idx: u32) -> u64 {
 /// The local runtime (ns) of group `slot` on each possible CPU (bw_cpus).
 pub(super) fn read_local_runtimes(map: &libbpf_rs::Map, slot: usize) -> Vec<i64> {
     read_percpu_field(map, slot as u32, std::mem::offset_of!(bpf_intf::bw_cpu, runtime))
+}
+
+/// The local runtime (ns) of every slot below `n` on each possible CPU (bw_cpus), in one
+/// system call (BPF_MAP_LOOKUP_BATCH) rather than one per slot: `out[slot][cpu]`.
+/// Falls back to a lookup per slot where the kernel refuses batches.
+pub(super) fn read_all_local_runtimes(map: &libbpf_rs::Map, n: usize) -> Vec<Vec<i64>> {
+    let cpus = libbpf_rs::num_possible_cpus().unwrap_or(1);
+    let stride = std::mem::size_of::<bpf_intf::bw_cpu>().next_multiple_of(8);
+    let at = std::mem::offset_of!(bpf_intf::bw_cpu, runtime);
+    let mut keys = vec![0u32; n];
+    let mut values = vec![0u8; n * cpus * stride];
+    let mut count = n as u32;
+    let mut out_batch = 0u32;
+    let opts = libbpf_rs::libbpf_sys::bpf_map_batch_opts {
+        sz: std::mem::size_of::<libbpf_rs::libbpf_sys::bpf_map_batch_opts>() as _,
+        elem_flags: 0,
+        flags: 0,
+    };
+    // SAFETY: keys holds n u32 keys and values n entries of `cpus` values of `stride`
+    // bytes (the kernel's layout of a per-CPU value); count tells the kernel so.
+    let ret = unsafe {
+        libbpf_rs::libbpf_sys::bpf_map_lookup_batch(
+            map.as_fd().as_raw_fd(),
+            std::ptr::null_mut(),
+            &mut out_batch as *mut u32 as *mut _,
+            keys.as_mut_ptr() as *mut _,
+            values.as_mut_ptr() as *mut _,
+            &mut count,
+            &opts,
+        )
+    };
+    // An array's batch ends with ENOENT once the last entry is in; count says how many came.
+    let got = if ret == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOENT) { count as usize } else { 0 };
+    if got < n {
+        return (0..n).map(|slot| read_local_runtimes(map, slot)).collect();
+    }
+    (0..n)
+        .map(|e| {
+            (0..cpus)
+                .map(|c| {
+                    let o = (e * cpus + c) * stride + at;
+                    i64::from_ne_bytes(values[o..o + 8].try_into().unwrap_or_default())
+                })
+                .collect()
+        })
+        .collect()
 }
 
 /// The 8-byte field at byte offset `at` of entry `key` of a per-CPU array, one value per

@@ -11,7 +11,7 @@ use crossbeam::channel::{Receiver, Sender};
 use log::{error, info, warn};
 use scx_stats::prelude::*;
 
-use super::loader::{read_counters, read_local_runtimes};
+use super::loader::{read_all_local_runtimes, read_counters};
 use super::{cost, LoopWaker, Origin, Scheduler, NSEC_PER_USEC};
 use crate::stats::{self, GroupMetrics, Metrics};
 
@@ -49,6 +49,7 @@ impl<'a> Scheduler<'a> {
         late.sort_unstable();
         m.timer_late_p99_us = late.get((late.len() * 99).div_ceil(100).saturating_sub(1)).copied().unwrap_or(0);
 
+        let mut local = read_all_local_runtimes(&self.skel.maps.bw_cpus, self.groups.len());
         let bss = self.skel.maps.bss_data.as_ref().unwrap();
         for (slot, g) in self.groups.iter().enumerate() {
             if g.free {
@@ -79,17 +80,14 @@ impl<'a> Scheduler<'a> {
                 slack_returned_usec: us(b.slack_returned),
                 nr_slack_returns: b.nr_slack_returns,
                 pool_usec: b.runtime / NSEC_PER_USEC as i64,
-                local_usec: read_local_runtimes(&self.skel.maps.bw_cpus, slot)
-                    .into_iter()
-                    .map(|ns| ns / NSEC_PER_USEC as i64)
-                    .collect(),
+                local_usec: std::mem::take(&mut local[slot]).into_iter().map(|ns| ns / NSEC_PER_USEC as i64).collect(),
                 nr_parked: b.nr_parked,
                 nr_safety_refills: b.nr_safety_refills,
                 throttled_discard_usec: us(g.discarded_ns),
                 wait_p50_us: stats::hist_percentile(&b.wait_hist, 0.50),
                 wait_p99_us: stats::hist_percentile(&b.wait_hist, 0.99),
                 wait_max_us: us(b.wait_max_ns),
-                wait_hist: b.wait_hist.to_vec(),
+                wait_hist: b.wait_hist[..b.wait_hist.iter().rposition(|&n| n != 0).map_or(0, |i| i + 1)].to_vec(),
                 history_usec: g.book.history.iter().map(|&ns| us(ns)).collect(),
             });
         }
