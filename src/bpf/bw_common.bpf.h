@@ -46,10 +46,12 @@ volatile u64 bw_cgroup_seq;
 volatile u32 bw_nr_slots;
 /*
  * CLOCK_MONOTONIC time by which the agent's run loop wakes anyway (its next
- * deadline), written before it sleeps. An event that can wait until then is
- * queued without waking it (BPF_RB_NO_WAKEUP): under emulation a wakeup of
- * the agent costs more than the event's handling, and on hardware it still
- * preempts whatever ran on that CPU.
+ * deadline), written before it sleeps, 0 while it is awake. An event that can
+ * wait until then is queued without waking it (BPF_RB_NO_WAKEUP): under
+ * emulation a wakeup of the agent costs more than the event's handling, and on
+ * hardware it still preempts whatever ran on that CPU. While the agent is
+ * awake events do notify: a notification marks the ring readable, and the
+ * agent's next ppoll returns at once instead of sleeping past the event.
  */
 volatile u64 bw_agent_wake_at;
 

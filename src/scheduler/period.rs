@@ -217,6 +217,9 @@ impl<'a> Scheduler<'a> {
             let timeout = wake.saturating_duration_since(Instant::now());
             self.publish_wake_at(stats::monotonic_ns() + timeout.as_nanos() as u64);
             waker.wait(self.events.as_ref().map(|r| r.fd()), timeout);
+            // Awake: an event queued from here on wakes us (bw_wake), so one that
+            // comes after the ring is read below is seen at the next ppoll, at once.
+            self.publish_wake_at(0);
             if let Some(ring) = &self.events {
                 for ev in ring.take() {
                     let t = Instant::now();
