@@ -166,7 +166,13 @@ fn stress(ctx: &mut Ctx) -> Result<(), String> {
     let names: Vec<&str> = limits.iter().map(|l| l.cgroup).collect();
     let agent0 = ctx.sched_pid().and_then(process_cpu).map(|c| (Instant::now(), c));
     let stats0 = if ctx.has_sched() { crate::stats::fetch().ok() } else { None };
+    let cpu0 = guest_cpu_ticks();
     let used = ctx.measure(&names, RUN - SKIP - Duration::from_secs(2));
+    // Whether the machine was saturated meanwhile: the 1 ms group, the largest limit,
+    // gets what the others (all below their fair share) and the agent leave.
+    if let (Some((t0, b0)), Some((t1, b1))) = (cpu0, guest_cpu_ticks()) {
+        ctx.figure("guest_idle_pct", format!("{:.1}", 100.0 * (1.0 - (b1 - b0) as f64 / (t1 - t0).max(1) as f64)));
+    }
     // How much of a CPU the agent took meanwhile, and how often its threads ran: what
     // a period timer as short as 1 ms costs in user space here.
     if let Some((t0, (ns0, runs0))) = agent0 {
@@ -213,6 +219,12 @@ fn stress(ctx: &mut Ctx) -> Result<(), String> {
         ctx.figure("fork.discard_ms", format!("{:.1}", crate::stats::num(g, "throttled_discard_usec")? / 1e3));
     }
     end_fork_storm(ctx, storm, 100, Duration::from_secs(15))
+}
+
+/// The guest's (total, busy) CPU ticks from /proc/stat.
+fn guest_cpu_ticks() -> Option<(u64, u64)> {
+    let (total, busy, _) = crate::host::parse_proc_stat(&std::fs::read_to_string("/proc/stat").ok()?)?;
+    Some((total, busy))
 }
 
 /// Longest a cgroup move may wait in `move_latency`: 0.4 of the group's 250 ms period, five
