@@ -151,7 +151,7 @@ pub struct Metrics {
     pub timer_late_p99_us: u64,
     #[stat(desc = "CPU time of the agent's run-loop thread (µs, cumulative): timers, events, the cgroup poll, statistics, and the wakeups themselves")]
     pub agent_cpu_usec: u64,
-    #[stat(desc = "CPU time of the whole agent process, every thread (µs): the run loop, the events-ring reader, the stats server")]
+    #[stat(desc = "CPU time of the whole agent process, every thread (µs): the run loop and the stats server, which serialises the JSON it serves")]
     pub agent_process_cpu_usec: u64,
     #[stat(desc = "Times the agent's run loop woke (for a timer, an event from BPF, a stats request or a signal)")]
     pub agent_wakeups: u64,

@@ -32,16 +32,17 @@ pub(super) struct AgentCost {
 
 /// CPU time of the calling thread.
 pub(super) fn thread_cpu() -> Duration {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: valid out-pointer for clock_gettime.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+    clock(libc::CLOCK_THREAD_CPUTIME_ID)
 }
 
 /// CPU time of the whole process (every thread, user and system).
 pub(super) fn process_cpu() -> Duration {
+    clock(libc::CLOCK_PROCESS_CPUTIME_ID)
+}
+
+fn clock(id: libc::clockid_t) -> Duration {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: valid out-pointer for clock_gettime.
-    unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+    unsafe { libc::clock_gettime(id, &mut ts) };
     Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }

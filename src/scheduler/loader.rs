@@ -81,8 +81,8 @@ impl<'a> Scheduler<'a> {
             config_path: opts.config.clone(),
             cost: Default::default(),
         };
-        // Helper threads start before the agent turns SCHED_FIFO: they inherit
-        // the policy, and neither is time-critical.
+        // The stats server's thread starts before the agent turns SCHED_FIFO: it
+        // inherits the policy, and it is not time-critical.
         sched.events = match EventRing::new(&sched.skel.maps.events) {
             Ok(r) => Some(r),
             Err(e) => {
@@ -282,10 +282,7 @@ pub(super) fn read_all_local_runtimes(map: &libbpf_rs::Map, n: usize) -> Vec<Vec
     (0..n)
         .map(|e| {
             (0..cpus)
-                .map(|c| {
-                    let o = (e * cpus + c) * stride + at;
-                    i64::from_ne_bytes(values[o..o + 8].try_into().unwrap_or_default())
-                })
+                .map(|c| field_at(&values[(e * cpus + c) * stride..], at))
                 .collect()
         })
         .collect()
@@ -298,9 +295,12 @@ fn read_percpu_field(map: &libbpf_rs::Map, key: u32, at: usize) -> Vec<i64> {
         .ok()
         .flatten()
         .map(|cpus| {
-            cpus.iter()
-                .map(|v| v.get(at..at + 8).map_or(0, |b| i64::from_ne_bytes(b.try_into().unwrap_or_default())))
-                .collect()
+            cpus.iter().map(|v| field_at(v, at)).collect()
         })
         .unwrap_or_default()
+}
+
+/// The 8-byte value at byte offset `at` of one CPU's value; 0 for a value too short to hold it.
+fn field_at(value: &[u8], at: usize) -> i64 {
+    value.get(at..at + 8).map_or(0, |b| i64::from_ne_bytes(b.try_into().unwrap_or_default()))
 }
