@@ -188,11 +188,20 @@ impl<'a> Ctx<'a> {
                 r.child = None;
                 Ok(s)
             }
-            None => Err(format!(
-                "{} still running after {:.1}s",
-                r.label,
-                timeout.as_secs_f64()
-            )),
+            None => {
+                println!(
+                    "# --- {} still running: its threads and the machine's R/D threads",
+                    r.label
+                );
+                for l in sched::stuck_report(child.id()) {
+                    println!("#   {l}");
+                }
+                Err(format!(
+                    "{} still running after {:.1}s",
+                    r.label,
+                    timeout.as_secs_f64()
+                ))
+            }
         }
     }
 
@@ -532,7 +541,15 @@ fn check_clocksource() -> Result<(), String> {
             .ok()
             .map(|s| s.trim().to_string())
     };
-    let now = read();
+    // tsc-early becomes tsc when the kernel's refined calibration ends, on a quiet boot
+    // about a second in: the same clock, not a switch.
+    let now = read().map(|s| {
+        if s == "tsc-early" {
+            "tsc".to_string()
+        } else {
+            s
+        }
+    });
     match FIRST.get_or_init(|| now.clone()) {
         Some(first) if now.as_deref() != Some(first) => Err(format!(
             "the clocksource changed from {first} to {} since the first scenario (the kernel's watchdog found it unstable): timings are void",

@@ -117,6 +117,39 @@ pub fn threads(pid: u32) -> Vec<u32> {
         .unwrap_or_default()
 }
 
+/// What each thread of `pid`, and every thread of the machine that is runnable (R) or in
+/// uninterruptible sleep (D), is doing: state, CPU, wait channel and kernel stack. Printed
+/// when a workload does not end when it should, to tell a task the scheduler lost (R for
+/// long) from one blocked in the kernel (D, with where).
+pub fn stuck_report(pid: u32) -> Vec<String> {
+    let mut out = Vec::new();
+    for (p, tid) in all_tids() {
+        let Some(f) = stat_fields(&tid.to_string()) else {
+            continue;
+        };
+        let state = f.first().map(String::as_str).unwrap_or("?");
+        if p != pid && state != "R" && state != "D" {
+            continue;
+        }
+        let read = |what: &str| {
+            fs::read_to_string(format!("/proc/{p}/task/{tid}/{what}")).unwrap_or_default()
+        };
+        let cpu = f.get(36).map(String::as_str).unwrap_or("?");
+        let sched = thread_schedstat(p, tid)
+            .map(|(r, w, n)| format!("ran {}ms waited {}ms x{n}", r / 1_000_000, w / 1_000_000));
+        out.push(format!(
+            "{p}/{tid} {} state={state} cpu={cpu} wchan={} {}",
+            read("comm").trim(),
+            read("wchan").trim(),
+            sched.unwrap_or_default()
+        ));
+        for l in read("stack").lines().take(12) {
+            out.push(format!("    {l}"));
+        }
+    }
+    out
+}
+
 /// Clock ticks per second (for [`cpu_ticks`]).
 pub fn clock_ticks() -> u64 {
     // SAFETY: sysconf has no memory effects.
