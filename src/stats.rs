@@ -91,8 +91,18 @@ pub struct Metrics {
     pub enqueue: u64,
     #[stat(desc = "Wakeups dispatched straight to an idle CPU (a synchronous one: to the waker's CPU)")]
     pub direct: u64,
-    #[stat(desc = "Tasks moved from the shared queue to a CPU")]
+    #[stat(desc = "Tasks moved from an LLC's queue to a CPU (including the two below)")]
     pub dispatch: u64,
+    #[stat(
+        desc = "Of those, taken by a CPU from another LLC's queue on the same NUMA node (idle, or that queue far behind)"
+    )]
+    pub dispatch_steal: u64,
+    #[stat(desc = "Of those, taken by a CPU from an LLC queue of another NUMA node")]
+    pub dispatch_steal_node: u64,
+    #[stat(desc = "LLC queues the scheduling core uses (one per last-level cache, up to 64)")]
+    pub llc_queues: u64,
+    #[stat(desc = "NUMA nodes those LLCs are on")]
+    pub numa_nodes: u64,
     #[stat(desc = "Idle CPUs kicked")]
     pub kick: u64,
     #[stat(desc = "Tasks parked (their group was throttled)")]
@@ -135,7 +145,7 @@ pub struct Metrics {
     pub kernel_debt: u64,
     #[stat(desc = "Tasks parked that way released by their group's next refill ahead of every queued task, after it paid the debts (also when that left the pool dry: the payment made room for their credit)")]
     pub kernel_held_first: u64,
-    #[stat(desc = "Idle CPUs a tick found idling beside a task waiting in the shared queue, and kicked (a wakeup the kick of enqueue or the idle re-check missed)")]
+    #[stat(desc = "Idle CPUs a tick found idling beside a task waiting in its LLC's queue, and kicked (a wakeup the kick of enqueue or the idle re-check missed)")]
     pub idle_nudges: u64,
     #[stat(desc = "Times a CPU was taken by a higher scheduling class (an RT task such as this agent, a stop task) and the tasks queued on it were sent back through enqueue: to an idle CPU if there was one, else to the head of that CPU's queue with the slice they had left")]
     pub reenqueued: u64,
@@ -185,6 +195,8 @@ pub fn counters_into(m: &mut Metrics, counters: &[u64]) {
     m.enqueue = c(bpf_intf::bw_stat_idx_BW_STAT_ENQUEUE);
     m.direct = c(bpf_intf::bw_stat_idx_BW_STAT_DIRECT);
     m.dispatch = c(bpf_intf::bw_stat_idx_BW_STAT_DISPATCH);
+    m.dispatch_steal = c(bpf_intf::bw_stat_idx_BW_STAT_STEAL);
+    m.dispatch_steal_node = c(bpf_intf::bw_stat_idx_BW_STAT_STEAL_NODE);
     m.kick = c(bpf_intf::bw_stat_idx_BW_STAT_KICK);
     m.park = c(bpf_intf::bw_stat_idx_BW_STAT_PARK);
     m.release = c(bpf_intf::bw_stat_idx_BW_STAT_RELEASE);
@@ -332,11 +344,13 @@ impl Metrics {
         let d = |a: u64, b: u64| delta(a, b);
         writeln!(
             w,
-            "enqueue={} direct={} dispatch={} kick={} park={} release={} pull={} throttle={} preempt={} \
+            "enqueue={} direct={} dispatch={} steal={}/{} kick={} park={} release={} pull={} throttle={} preempt={} \
              kcredit={} slack_ms={:.1} refills={} slack_dist={} hotplug={} late_p99_us={}",
             d(self.enqueue, prev.enqueue),
             d(self.direct, prev.direct),
             d(self.dispatch, prev.dispatch),
+            d(self.dispatch_steal, prev.dispatch_steal),
+            d(self.dispatch_steal_node, prev.dispatch_steal_node),
             d(self.kick, prev.kick),
             d(self.park, prev.park),
             d(self.release, prev.release),

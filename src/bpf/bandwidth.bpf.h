@@ -12,7 +12,7 @@
  *               DSQ and are never dispatched from there;
  *   unthrottle  the agent refills the pool (it owns the period timer) and
  *               runs bw_unthrottle(), which settles the throttle clocks and
- *               moves parked tasks back to the shared queue.
+ *               moves parked tasks back to their LLCs' queues.
  *   slack       when a task of the group goes to sleep, its CPU gives the
  *               local runtime above BW_MIN_LOCAL_NS back to the pool; if
  *               the group is throttled and the pool now holds more than

@@ -100,11 +100,17 @@ struct {
 	__type(value, u32);
 } cpu_going_down SEC(".maps");
 
-static __always_inline void bw_kick_cpu(s32 cpu, u64 flags)
+/* Whether this CPU is going offline (it must not queue work on itself). */
+static __always_inline bool bw_this_cpu_going_down(void)
 {
 	u32 zero = 0, *down = bpf_map_lookup_elem(&cpu_going_down, &zero);
 
-	if (down && *down)
+	return down && *down;
+}
+
+static __always_inline void bw_kick_cpu(s32 cpu, u64 flags)
+{
+	if (bw_this_cpu_going_down())
 		return;
 	scx_bpf_kick_cpu(cpu, flags);
 }

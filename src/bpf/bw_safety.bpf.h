@@ -168,7 +168,7 @@ static void bw_safety_release(void)
 		WRITE_ONCE(g->throttled, 0);
 		bw_settle_throttle_clocks(g, slot);
 		bpf_for_each(scx_dsq, p, BW_PARK_DSQ_BASE + slot, 0) {
-			if (scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, BW_SHARED_DSQ, 0))
+			if (scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, task_dsq(p), 0))
 				moved = true;
 		}
 	}

@@ -6,7 +6,7 @@
  * SEC("syscall") program, for the BPF half: pay what CPUs owe for runs on
  * credit out of the refill first (or a CPU deep in debt would swallow it),
  * close the throttle clocks into throttled_time (cpu.stat), clear the
- * throttle, move the parked tasks back to the shared queue and kick idle CPUs
+ * throttle, move the parked tasks back to their LLCs' queues and kick idle CPUs
  * to run them. bw_reset_slot is the same release for a slot the agent is
  * (re)assigning, with all of its per-CPU state forgotten.
  */
@@ -25,7 +25,7 @@ static void bw_stop_clock(struct bw_group *g, struct bw_cpu *c, u64 now)
 		__sync_fetch_and_add(&g->throttled_time, now - at);
 }
 
-/* Wake every idle CPU (to run tasks just moved to the shared queue). */
+/* Wake every idle CPU (to run tasks just moved to the LLC queues). */
 static __always_inline void kick_idle_cpus(void)
 {
 	s32 cpu;
@@ -99,7 +99,7 @@ static u64 bw_dsq_front_vtime(u64 dsq_id)
 /*
  * Unthrottle, run by the agent right after it refilled a pool: pay the CPUs'
  * debts out of it, settle each CPU's throttle clock into throttled_time, clear
- * the throttle and move the parked tasks back to the shared queue, those that
+ * the throttle and move the parked tasks back to their queues, those that
  * hold the kernel up first, then wake idle CPUs to run them. A pool that is
  * still empty stays throttled.
  */
@@ -123,13 +123,13 @@ int bw_unthrottle(struct bw_unthrottle_args *args)
 	 * The pool may be drained again already (the debts took it all, or a
 	 * CPU running a task of the group pulled the refill at once): the group
 	 * stays throttled and its parked tasks wait, except those parked
-	 * BW_RESCUE_MS, which go to the shared queue, where dispatch rescues
+	 * BW_RESCUE_MS, which go to their LLC's queue, where dispatch rescues
 	 * them, and those that hold the kernel up (below). Without that they
 	 * would wait as long as the group's running tasks win every refill.
 	 */
 	dry = READ_ONCE(g->runtime) <= bw_pool_floor(g);
 	if (!dry) {
-		/* Clear first: from here on new wakeups go to the shared queue. */
+		/* Clear first: from here on new wakeups go to the LLC queues. */
 		WRITE_ONCE(g->throttled, 0);
 		bw_settle_throttle_clocks(g, slot);
 	}
@@ -144,19 +144,21 @@ int bw_unthrottle(struct bw_unthrottle_args *args)
 	 * credit, and until they finish, cgroup moves, RCU grace periods and
 	 * their siblings' forks wait on them.
 	 */
-	front = bw_dsq_front_vtime(BW_SHARED_DSQ);
 	park_front = bw_dsq_front_vtime(BW_PARK_DSQ_BASE + slot);
-	if ((s64)(park_front - front) < 0)
-		front = park_front;
 	bpf_for_each(scx_dsq, p, BW_PARK_DSQ_BASE + slot, 0) {
 		struct task_ctx *tctx = task_ctx(p);
+		u64 dsq;
 
 		if (!tctx || !tctx->held_kernel)
 			continue;
 		tctx->kernel_pass = 1;
+		dsq = task_dsq(p);
+		front = bw_dsq_front_vtime(dsq);
+		if ((s64)(park_front - front) < 0)
+			front = park_front;
 		if ((s64)(p->scx.dsq_vtime - front) >= 0)
 			scx_bpf_dsq_move_set_vtime(BPF_FOR_EACH_ITER, front - 1);
-		if (scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, BW_SHARED_DSQ, 0)) {
+		if (scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, dsq, 0)) {
 			args->nr_released++;
 			stat_inc(BW_STAT_HELD_FIRST);
 		}
@@ -170,7 +172,7 @@ int bw_unthrottle(struct bw_unthrottle_args *args)
 		}
 		/* Counted in memory: a register counter defeats the verifier's
 		 * loop convergence. */
-		if (scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, BW_SHARED_DSQ, 0))
+		if (scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, task_dsq(p), 0))
 			args->nr_released++;
 	}
 	bpf_rcu_read_unlock();
@@ -209,7 +211,7 @@ int bw_reset_slot(struct bw_reset_args *args)
 	}
 	bpf_rcu_read_lock();
 	bpf_for_each(scx_dsq, p, BW_PARK_DSQ_BASE + slot, 0)
-		scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, BW_SHARED_DSQ, 0);
+		scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, task_dsq(p), 0);
 	bpf_rcu_read_unlock();
 	kick_idle_cpus();
 	return 0;

@@ -42,8 +42,13 @@ enum bw_consts {
 	/* A task's share of the machine is a fixed-point fraction of this. */
 	BW_SHARE_ONE		= 1 << 20,
 
-	/* The one vtime-ordered queue every runnable, unthrottled task waits in. */
-	BW_SHARED_DSQ		= 0,
+	/*
+	 * Runnable, unthrottled tasks wait in the vtime-ordered queue of an LLC
+	 * (last-level cache domain): DSQ BW_LLC_DSQ_BASE + N for LLC N.
+	 */
+	BW_LLC_DSQ_BASE		= 0,
+	/* LLCs the scheduler keeps a queue for (more are folded into the last). */
+	BW_MAX_LLCS		= 64,
 	/* Parked tasks of slot N wait in DSQ BW_PARK_DSQ_BASE + N. */
 	BW_PARK_DSQ_BASE	= 0x10000,
 
@@ -231,7 +236,9 @@ struct bw_event {
 enum bw_stat_idx {
 	BW_STAT_ENQUEUE,
 	BW_STAT_DIRECT,		/* dispatched straight to an idle CPU (or a sync waker's) */
-	BW_STAT_DISPATCH,	/* moved from the shared queue to a CPU */
+	BW_STAT_DISPATCH,	/* moved from an LLC queue to a CPU (any of the three below) */
+	BW_STAT_STEAL,		/* ... taken from another LLC's queue of the same NUMA node */
+	BW_STAT_STEAL_NODE,	/* ... taken from an LLC queue of another NUMA node */
 	BW_STAT_PARK,		/* tasks parked because their group was throttled */
 	BW_STAT_RELEASE,	/* parked tasks released by an unthrottle */
 	BW_STAT_PULL,		/* slices pulled from a pool */

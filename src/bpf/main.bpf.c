@@ -6,14 +6,17 @@
  * simple so that the bandwidth logic (bandwidth.bpf.h) is the interesting
  * part:
  *
- *  - wakeups go straight to an idle CPU when there is one (select_cpu), a
- *    synchronous one to the waker's CPU while nobody waits;
- *  - otherwise tasks wait in one shared queue ordered by virtual time, which
- *    advances by the time a task ran divided by its share of the machine:
- *    cpu.weight between cgroups, nice levels within one (weight.bpf.h); a
- *    task waking up gets at most one slice of credit;
- *  - any CPU that needs work takes the first task of the shared queue it may
- *    run (work-conserving).
+ *  - wakeups go straight to an idle CPU when there is one, nearest to where
+ *    the task last ran first (select_cpu, and enqueue for the tasks that come
+ *    without a wakeup), a synchronous one to the waker's CPU while nobody
+ *    waits;
+ *  - otherwise tasks wait in the queue of their LLC, ordered by virtual time,
+ *    which advances by the time a task ran divided by its share of the
+ *    machine: cpu.weight between cgroups, nice levels within one
+ *    (weight.bpf.h); a task waking up gets at most one slice of credit;
+ *  - a CPU that needs work takes the first task it may run from its LLC's
+ *    queue, from the other LLCs' when that is empty or far behind
+ *    (queues.bpf.h): work-conserving and fair machine-wide.
  *
  * Bandwidth control hooks in at four points: enqueue parks tasks of a
  * throttled group; dispatch pulls runtime for the CPU before handing it a task
@@ -28,6 +31,7 @@
  * offline and online) and ops_dump.bpf.h (the debug dump).
  */
 #include <scx/common.bpf.h>
+#include "queues.bpf.h"
 #include "bandwidth.bpf.h"
 #include "weight.bpf.h"
 
@@ -96,16 +100,31 @@ static bool charge(struct task_struct *p, struct task_ctx *tctx)
  * A synchronous wakeup (a pipe or socket handoff, a futex wake-and-wait): the
  * waker is about to sleep, and the default pick chose the waker's own CPU,
  * whose local queue is empty. Queue the wakee there directly: through the
- * shared queue, enqueue would wake an idle CPU to take it, an IPI and a
+ * LLC's queue, enqueue would wake an idle CPU to take it, an IPI and a
  * migration per message (pipe ping-pong ran at 0.35-0.51 of the kernel's
- * scheduler that way). Only while nobody waits in the shared queue, so that
+ * scheduler that way). Only while nobody waits in this LLC's queue, so that
  * the wakee never passes a waiting task and the CPU still reaches dispatch.
  */
 static __always_inline bool sync_to_waker(s32 cpu, u64 wake_flags)
 {
 	return (wake_flags & SCX_WAKE_SYNC) && cpu == bpf_get_smp_processor_id() &&
 	       !scx_bpf_dsq_nr_queued(SCX_DSQ_LOCAL) &&
-	       !scx_bpf_dsq_nr_queued(BW_SHARED_DSQ);
+	       !scx_bpf_dsq_nr_queued(llc_dsq(cpu_llc(cpu)));
+}
+
+/*
+ * An idle CPU @p may run on, claimed, nearest to the CPU it last ran on
+ * first (the kernel's own order: that CPU, a fully idle SMT core, the same
+ * LLC, the same node, anywhere); -1 if none is idle.
+ */
+static __always_inline s32 pick_idle_near(struct task_struct *p)
+{
+	s32 cpu;
+
+	if (!__COMPAT_HAS_scx_bpf_select_cpu_and)
+		return scx_bpf_pick_idle_cpu(p->cpus_ptr, 0);
+	cpu = scx_bpf_select_cpu_and(p, scx_bpf_task_cpu(p), 0, p->cpus_ptr, 0);
+	return cpu >= 0 ? cpu : -1;
 }
 
 s32 BPF_STRUCT_OPS(bw_select_cpu, struct task_struct *p, s32 prev_cpu, u64 wake_flags)
@@ -151,7 +170,7 @@ void BPF_STRUCT_OPS(bw_enqueue, struct task_struct *p, u64 enq_flags)
 		bw_refresh_chain(p, tctx);
 		slot = bw_throttled_slot(tctx);
 		/*
-		 * A starving task goes to the shared queue; dispatch rescues it.
+		 * A starving task goes to its LLC's queue; dispatch rescues it.
 		 * So does one that holds the kernel up, on credit.
 		 */
 		tctx->kernel_credit = 0;
@@ -169,7 +188,7 @@ void BPF_STRUCT_OPS(bw_enqueue, struct task_struct *p, u64 enq_flags)
 	 * Sent back by cpu_release (an RT or stop task took its CPU): to an idle
 	 * CPU if there is one, else back to the head of its own CPU's queue with
 	 * the slice it had left, where the kernel leaves a task so preempted. It
-	 * keeps its turn, as under CFS: through the shared queue it would queue
+	 * keeps its turn, as under CFS: through the LLC's queue it would queue
 	 * behind every task with a lower vtime: a limited hog among five
 	 * unlimited ones, 30 ms of CPU a period against a fair share of 33, got
 	 * 0.974 of its limit in a CI run that way (0.997-1.006 in 18 before).
@@ -197,20 +216,23 @@ void BPF_STRUCT_OPS(bw_enqueue, struct task_struct *p, u64 enq_flags)
 		return;
 	}
 
-	scx_bpf_dsq_insert_vtime(p, BW_SHARED_DSQ, task_slice_ns, vtime, enq_flags);
-
 	/*
-	 * Work-conserving: wake an idle CPU the task may run on. The barrier
-	 * pairs with bw_update_idle(), but the window is not closed: the insert
-	 * above lands in the queue only after enqueue returns, so a CPU going
-	 * idle right now can find the queue empty, and under TCG a picked and
-	 * kicked CPU was traced sleeping 3-20 ms beside the task (docs/design.md,
-	 * "Work conservation"). A plain kick, not SCX_KICK_IDLE: the CPU was
-	 * picked idle, and the IDLE variant may skip one between its dispatch and
-	 * going idle.
+	 * Work-conserving: wake an idle CPU the task may run on, nearest first,
+	 * and queue the task in that CPU's LLC's queue, where it looks first.
+	 * The barrier pairs with bw_update_idle(), but the window is not closed:
+	 * the insert lands in the queue only after enqueue returns, so a CPU
+	 * going idle right now can find the queue empty, and under TCG a picked
+	 * and kicked CPU was traced sleeping 3-20 ms beside the task
+	 * (docs/design.md, "Work conservation"). A plain kick, not
+	 * SCX_KICK_IDLE: the CPU was picked idle, and the IDLE variant may skip
+	 * one between its dispatch and going idle. (Inserted straight into the
+	 * idle CPU's local queue instead, `hotplug` failed 3 of 3 runs: a task
+	 * waited 39 s, the watchdog's limit, while CPU 1 went off and online.)
 	 */
 	__sync_fetch_and_add(&idle_seq, 1);
-	cpu = scx_bpf_pick_idle_cpu(p->cpus_ptr, 0);
+	cpu = pick_idle_near(p);
+	scx_bpf_dsq_insert_vtime(p, cpu >= 0 ? llc_dsq(cpu_llc(cpu)) : task_dsq(p),
+				 task_slice_ns, vtime, enq_flags);
 	if (cpu >= 0) {
 		bw_kick_cpu(cpu, 0);
 		stat_inc(BW_STAT_KICK);
@@ -284,15 +306,22 @@ static void keep_prev(struct task_struct *prev)
 		cap_running_slice(prev, tctx);
 }
 
-void BPF_STRUCT_OPS(bw_dispatch, s32 cpu, struct task_struct *prev)
+enum consumed {
+	CONSUMED_NONE,	/* nothing taken, prev not kept */
+	CONSUMED_TASK,	/* a task moved to this CPU */
+	CONSUMED_PREV,	/* prev goes on */
+};
+
+/*
+ * Take the first task of @dsq_id this CPU may run, or keep @prev when
+ * @can_keep and no task of the queue is ahead of it. Tasks of throttled
+ * groups met on the way are parked.
+ */
+static int consume(s32 cpu, u64 dsq_id, struct task_struct *prev, bool can_keep)
 {
-	bool can_keep;
 	struct task_struct *p;
 
-	bw_safety_release();
-	can_keep = prev_can_go_on(prev);
-
-	bpf_for_each(scx_dsq, p, BW_SHARED_DSQ, 0) {
+	bpf_for_each(scx_dsq, p, dsq_id, 0) {
 		struct task_ctx *tctx;
 		s32 slot;
 
@@ -305,7 +334,7 @@ void BPF_STRUCT_OPS(bw_dispatch, s32 cpu, struct task_struct *prev)
 		 */
 		if (can_keep && prev && !vtime_before(p->scx.dsq_vtime, prev->scx.dsq_vtime)) {
 			keep_prev(prev);
-			return;
+			return CONSUMED_PREV;
 		}
 		tctx = task_ctx(p);
 		/*
@@ -338,44 +367,124 @@ void BPF_STRUCT_OPS(bw_dispatch, s32 cpu, struct task_struct *prev)
 		}
 		if (scx_bpf_dsq_move(BPF_FOR_EACH_ITER, p, SCX_DSQ_LOCAL, 0)) {
 			stat_inc(BW_STAT_DISPATCH);
-			return;
+			return CONSUMED_TASK;
 		}
 	}
+	return CONSUMED_NONE;
+}
 
-	/*
-	 * Nothing else to run: let the previous task go on if its groups can
-	 * pay for it here. A throttled one is left alone; the kernel then
-	 * passes it to enqueue (SCX_OPS_ENQ_LAST), which parks it.
-	 */
-	if (can_keep && prev)
-		keep_prev(prev);
+static __always_inline void count_steal(u32 llc, u32 from)
+{
+	stat_inc(llc_same_node(llc, from) ? BW_STAT_STEAL : BW_STAT_STEAL_NODE);
 }
 
 /*
- * A CPU going idle re-checks the shared queue. This narrows the race between
- * an enqueue that saw no idle CPU and this CPU having just found the queue
- * empty (without it the task would wait for another CPU's slice to end); it
- * cannot see a task whose insert has not landed yet (see bw_enqueue).
- * Kick only for a task allowed here, or an idle CPU would spin on a queue of
- * tasks pinned elsewhere.
+ * Steal when behind (queues.bpf.h): the front of one other LLC's queue, if
+ * its vtime is more than BW_STEAL_LAG_NS behind both this LLC's front and
+ * prev (when prev may go on).
  */
-void BPF_STRUCT_OPS(bw_update_idle, s32 cpu, bool idle)
+static bool steal_behind(s32 cpu, u32 llc, struct task_struct *prev, bool can_keep)
+{
+	u32 nr = nr_llcs(), from;
+	u64 theirs, ours;
+	bool have;
+
+	if (nr < 2)
+		return false;
+	from = llc_nearest(llc, bpf_get_prandom_u32() % (nr - 1));
+	if (!dsq_front_vtime(llc_dsq(from), &theirs))
+		return false;
+	have = dsq_front_vtime(llc_dsq(llc), &ours);
+	if (can_keep && prev && (!have || vtime_before(prev->scx.dsq_vtime, ours))) {
+		ours = prev->scx.dsq_vtime;
+		have = true;
+	}
+	if (!have || !vtime_before(theirs + BW_STEAL_LAG_NS, ours))
+		return false;
+	if (consume(cpu, llc_dsq(from), NULL, false) != CONSUMED_TASK)
+		return false;
+	count_steal(llc, from);
+	return true;
+}
+
+void BPF_STRUCT_OPS(bw_dispatch, s32 cpu, struct task_struct *prev)
+{
+	u32 llc = cpu_llc(cpu), nr = nr_llcs(), i;
+	bool can_keep;
+
+	bw_safety_release();
+	can_keep = prev_can_go_on(prev);
+
+	if (steal_behind(cpu, llc, prev, can_keep))
+		return;
+	if (consume(cpu, llc_dsq(llc), prev, can_keep) != CONSUMED_NONE)
+		return;
+	/*
+	 * Nothing here: prev goes on if its groups can pay for it, else steal
+	 * when idle, nearest LLC first.
+	 */
+	if (can_keep && prev) {
+		keep_prev(prev);
+		return;
+	}
+	bpf_for(i, 0, nr - 1) {
+		u32 from = llc_nearest(llc, i);
+
+		if (consume(cpu, llc_dsq(from), NULL, false) == CONSUMED_TASK) {
+			count_steal(llc, from);
+			return;
+		}
+	}
+	/*
+	 * Nothing to run. A throttled prev is left alone; the kernel then
+	 * passes it to enqueue (SCX_OPS_ENQ_LAST), which parks it.
+	 */
+}
+
+/* Whether one of the first @max tasks of @dsq_id may run on @cpu. */
+static bool queue_has_work_for(s32 cpu, u64 dsq_id, u32 max)
 {
 	struct task_struct *p;
 	u32 n = 0;
 
+	if (!scx_bpf_dsq_nr_queued(dsq_id))
+		return false;
+	bpf_for_each(scx_dsq, p, dsq_id, 0) {
+		if (bpf_cpumask_test_cpu(cpu, p->cpus_ptr))
+			return true;
+		if (++n >= max)
+			break;
+	}
+	return false;
+}
+
+/*
+ * A CPU going idle re-checks its LLC's queue, then the others'. This narrows
+ * the race between an enqueue that saw no idle CPU and this CPU having just
+ * found the queues empty (without it the task would wait for another CPU's
+ * slice to end); it cannot see a task whose insert has not landed yet (see
+ * bw_enqueue). Kick only for a task allowed here, or an idle CPU would spin
+ * on a queue of tasks pinned elsewhere; the first 16 tasks of its own queue
+ * and 4 of each other are looked at.
+ */
+void BPF_STRUCT_OPS(bw_update_idle, s32 cpu, bool idle)
+{
+	u32 llc = cpu_llc(cpu), nr = nr_llcs(), i;
+	bool work;
+
 	if (!idle)
 		return;
-	/* Full barrier: our idle bit is visible before we look at the queue. */
+	/* Full barrier: our idle bit is visible before we look at the queues. */
 	__sync_fetch_and_add(&idle_seq, 1);
-	bpf_for_each(scx_dsq, p, BW_SHARED_DSQ, 0) {
-		if (bpf_cpumask_test_cpu(cpu, p->cpus_ptr)) {
-			bw_kick_cpu(cpu, 0);
-			stat_inc(BW_STAT_KICK);
+	work = queue_has_work_for(cpu, llc_dsq(llc), 16);
+	bpf_for(i, 0, nr - 1) {
+		if (work)
 			break;
-		}
-		if (++n >= 16)
-			break;
+		work = queue_has_work_for(cpu, llc_dsq(llc_nearest(llc, i)), 4);
+	}
+	if (work) {
+		bw_kick_cpu(cpu, 0);
+		stat_inc(BW_STAT_KICK);
 	}
 }
 
@@ -425,8 +534,8 @@ void BPF_STRUCT_OPS(bw_running, struct task_struct *p)
 
 /*
  * Work conservation, checked from every tick of a busy CPU: a task waiting in
- * the shared queue while another CPU it may run on idles gets that CPU
- * kicked. enqueue's kick and update_idle's re-check should leave no such
+ * its LLC's queue while another CPU it may run on idles gets that CPU
+ * kicked (an idle CPU of another LLC then steals it). enqueue's kick and update_idle's re-check should leave no such
  * window, but the insert of ops.enqueue lands in the queue only after enqueue
  * returns, so a CPU going idle at that moment can miss the task, and a CPU an
  * enqueue picked can miss the kick: under TCG CPUs were seen idle for 3-20 ms
@@ -441,11 +550,13 @@ static void nudge_idle_cpu(s32 this_cpu)
 	struct task_struct *p, *curr;
 	s32 i, cpu, target = -1;
 
-	if (!scx_bpf_dsq_nr_queued(BW_SHARED_DSQ))
+	u64 dsq = llc_dsq(cpu_llc(this_cpu));
+
+	if (!scx_bpf_dsq_nr_queued(dsq))
 		return;
 	/* An offline CPU runs its idle task too, and ignores kicks. */
 	online = scx_bpf_get_online_cpumask();
-	bpf_for_each(scx_dsq, p, BW_SHARED_DSQ, 0) {
+	bpf_for_each(scx_dsq, p, dsq, 0) {
 		bpf_for(i, 1, BW_NUDGE_SCAN + 1) {
 			if (i >= nr_cpu_ids)
 				break;
@@ -501,7 +612,7 @@ void BPF_STRUCT_OPS(bw_stopping, struct task_struct *p, bool runnable)
 	/*
 	 * This CPU has nothing of the task's groups to run now: going to
 	 * sleep, their local runtime above the floor goes back to the pools;
-	 * preempted (back to the shared queue), that of short-period groups.
+	 * preempted (back to a queue), that of short-period groups.
 	 */
 	if (bw_slack_return && tctx->nr_chain)
 		bw_return_slack(tctx, runnable);
@@ -514,7 +625,32 @@ void BPF_STRUCT_OPS(bw_stopping, struct task_struct *p, bool runnable)
  * (and anything else queued here) back through enqueue, which moves it to an
  * idle CPU if there is one. Seen under TCG: a task waiting 3 ms behind a stop
  * task while the other CPU idled.
+ *
+ * Kernels whose re-enqueue works from anywhere (6.19 on) see it in the
+ * sched_switch tracepoint, the mechanism that replaces ops.cpu_release
+ * (deprecated: the kernel warns at every attach); the agent then attaches
+ * bw_sched_switch and leaves cpu_release out. Older ones call cpu_release.
  */
+#ifndef MAX_RT_PRIO
+#define MAX_RT_PRIO 100
+#endif
+
+SEC("?tp_btf/sched_switch")
+int BPF_PROG(bw_sched_switch, bool preempt, struct task_struct *prev,
+	     struct task_struct *next, unsigned int prev_state)
+{
+	/*
+	 * RT, deadline and stop tasks have prio < MAX_RT_PRIO; fair, ours and
+	 * idle not. Not on a CPU going offline (its stop task takes it): the
+	 * re-enqueue may queue work there that never runs, as a kick does
+	 * (cpu_going_down), and the kernel moves its tasks anyway.
+	 */
+	if (next->prio < MAX_RT_PRIO && prev->prio >= MAX_RT_PRIO &&
+	    !bw_this_cpu_going_down() && !scx_bpf_reenqueue_local_from_anywhere())
+		stat_inc(BW_STAT_REENQ);
+	return 0;
+}
+
 void BPF_STRUCT_OPS(bw_cpu_release, s32 cpu, struct scx_cpu_release_args *args)
 {
 	scx_bpf_reenqueue_local();
@@ -592,9 +728,12 @@ s32 BPF_STRUCT_OPS_SLEEPABLE(bw_init)
 {
 	s32 ret;
 
-	ret = scx_bpf_create_dsq(BW_SHARED_DSQ, -1);
-	if (ret)
-		return ret;
+	u32 llc;
+	bpf_for(llc, 0, BW_MAX_LLCS) {
+		ret = scx_bpf_create_dsq(llc_dsq(llc), -1);
+		if (ret)
+			return ret;
+	}
 	s32 slot;
 	bpf_for(slot, 0, BW_MAX_GROUPS) {
 		ret = scx_bpf_create_dsq(BW_PARK_DSQ_BASE + slot, -1);

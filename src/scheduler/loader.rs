@@ -59,12 +59,22 @@ impl<'a> Scheduler<'a> {
         if !cgroupfs_limits {
             warn!("this kernel has no ops.cgroup_set_bandwidth: cpu.max and cpu.max.burst are not honoured, only the configuration's limits");
         }
+        // ops.cpu_release is deprecated where the sched_switch tracepoint can re-enqueue
+        // (main.bpf.c, bw_sched_switch).
+        let switch_tp = ["scx_bpf_dsq_reenq", "scx_bpf_reenqueue_local___v2"]
+            .iter()
+            .any(|k| scx_utils::compat::ksym_exists(k).unwrap_or(false));
+        if switch_tp {
+            skel.struct_ops.bandwidth_ops_mut().cpu_release = std::ptr::null_mut();
+            skel.progs.bw_sched_switch.set_autoload(true);
+        }
         let skel = scx_ops_load!(skel, bandwidth_ops, uei)?;
 
         let groups = config.groups.iter().map(|cfg| Group::new(cfg.clone(), Origin::Config)).collect();
         let mut sched = Self {
             skel,
             struct_ops: None,
+            switch_tp: None,
             root,
             groups,
             stats_every: opts.stats.map(Duration::from_secs_f64),
@@ -80,7 +90,13 @@ impl<'a> Scheduler<'a> {
             events: None,
             config_path: opts.config.clone(),
             cost: Default::default(),
+            nr_llcs: 1,
+            nr_nodes: 1,
+            hotplug_seen: 0,
+            topology_again: false,
         };
+        // Before attaching: the first tasks enqueued go to their LLC's queue.
+        sched.refresh_topology("start");
         // The stats server's thread starts before the agent turns SCHED_FIFO: it
         // inherits the policy, and it is not time-critical.
         sched.events = match EventRing::new(&sched.skel.maps.events) {
@@ -99,6 +115,17 @@ impl<'a> Scheduler<'a> {
 
         sched.realtime = !opts.no_realtime && set_realtime(true);
         sched.struct_ops = Some(scx_ops_attach!(sched.skel, bandwidth_ops)?);
+        // After attaching, before detaching (run): it re-enqueues into this scheduler.
+        if switch_tp {
+            sched.switch_tp = Some(
+                sched
+                    .skel
+                    .progs
+                    .bw_sched_switch
+                    .attach()
+                    .context("attaching bw_sched_switch")?,
+            );
+        }
         // Attaching takes a while (every task is switched over); periods start now,
         // so the first refills are not counted as late.
         let now = Instant::now();

@@ -32,6 +32,8 @@ impl<'a> Scheduler<'a> {
         m.active_groups = self.groups.iter().filter(|g| !g.free && g.timer.is_some()).count() as u64;
         m.idle_groups = self.groups.iter().filter(|g| !g.free && g.timer.is_some() && g.idle).count() as u64;
         m.slack_distributions = self.slack_distributions;
+        m.llc_queues = self.nr_llcs as u64;
+        m.numa_nodes = self.nr_nodes as u64;
         let us = |d: std::time::Duration| d.as_micros() as u64;
         let c = &self.cost;
         m.agent_cpu_usec = us(cost::thread_cpu());

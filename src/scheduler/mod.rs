@@ -21,7 +21,8 @@
 //! - `events`: the events ring from BPF and what each event does;
 //! - `reload`: SIGHUP;
 //! - `metrics`: statistics and the stats server;
-//! - `cost`: what the agent's own work costs, by kind.
+//! - `cost`: what the agent's own work costs, by kind;
+//! - `topology`: LLCs and NUMA nodes, for BPF's per-LLC queues.
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
@@ -38,6 +39,7 @@ mod loader;
 mod metrics;
 mod period;
 mod reload;
+mod topology;
 
 use cost::AgentCost;
 use events::EventRing;
@@ -57,6 +59,8 @@ const LATENESS_SAMPLES: usize = 1024;
 pub struct Scheduler<'a> {
     skel: BpfSkel<'a>,
     struct_ops: Option<libbpf_rs::Link>,
+    /// bw_sched_switch, where it replaces ops.cpu_release.
+    switch_tp: Option<libbpf_rs::Link>,
     root: PathBuf,
     groups: Vec<Group>,
     stats_every: Option<Duration>,
@@ -82,4 +86,10 @@ pub struct Scheduler<'a> {
     config_path: Option<PathBuf>,
     /// What the run loop spent its time on (statistics).
     cost: AgentCost,
+    /// LLC queues and NUMA nodes BPF was last told of.
+    nr_llcs: usize,
+    nr_nodes: usize,
+    /// bw_hotplug_seq when the topology was last read; read it once more at the next poll.
+    hotplug_seen: u64,
+    topology_again: bool,
 }

@@ -190,6 +190,7 @@ impl<'a> Scheduler<'a> {
                 let t = cost::thread_cpu();
                 self.wake_missed(now);
                 self.report_deep_chains();
+                self.poll_topology();
                 self.poll_cgroups(now)?;
                 next_poll = now + CGROUP_POLL;
                 self.cost.poll_cpu += cost::thread_cpu().saturating_sub(t);
@@ -239,6 +240,7 @@ impl<'a> Scheduler<'a> {
             }
         }
 
+        self.switch_tp.take();
         self.struct_ops.take();
         uei_report!(&self.skel, uei)
     }

@@ -1,0 +1,223 @@
+//! The machine's cache and NUMA topology, for BPF's per-LLC queues
+//! (src/bpf/queues.bpf.h): which LLC each CPU belongs to, which node each LLC
+//! is on, and for each LLC the others nearest first, the order in which its
+//! idle CPUs steal. Read with scx_utils' `Topology` (online CPUs only) before
+//! attaching, and again after CPUs go offline or come online (BPF bumps
+//! bw_hotplug_seq).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use anyhow::Result;
+use log::{info, warn};
+use scx_utils::Topology;
+
+use super::Scheduler;
+use crate::bpf_intf;
+
+const MAX_LLCS: usize = bpf_intf::bw_consts_BW_MAX_LLCS as usize;
+const MAX_CPUS: usize = bpf_intf::bw_consts_BW_MAX_CPUS as usize;
+
+/// What BPF is told, independent of where it was read from (unit-testable).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Layout {
+    /// (cpu, llc) for every CPU known.
+    pub cpu_llc: Vec<(usize, usize)>,
+    /// Node of each LLC, indexed by LLC.
+    pub llc_node: Vec<usize>,
+    /// Other LLCs of each LLC, nearest first.
+    pub order: Vec<Vec<usize>>,
+}
+
+impl Layout {
+    /// `cpus`: (cpu, llc, node); `distance(a, b)`: NUMA distance of nodes a and b.
+    /// LLC ids are dense from 0; those at or above BW_MAX_LLCS fold into the last.
+    /// `at_least`: LLC queues BPF already has. Their number never shrinks: tasks may
+    /// still wait in the queue of an LLC whose CPUs all went offline, and CPUs only
+    /// look at queues below the count. Such a queue comes last in every order.
+    pub fn new(
+        cpus: &[(usize, usize, usize)],
+        distance: impl Fn(usize, usize) -> usize,
+        at_least: usize,
+    ) -> Self {
+        let fold = |llc: usize| llc.min(MAX_LLCS - 1);
+        let nr = cpus
+            .iter()
+            .map(|&(_, llc, _)| fold(llc) + 1)
+            .max()
+            .unwrap_or(1)
+            .max(at_least.min(MAX_LLCS));
+        let mut llc_node = vec![0; nr];
+        let mut has_cpus = vec![false; nr];
+        for &(_, llc, node) in cpus {
+            llc_node[fold(llc)] = node;
+            has_cpus[fold(llc)] = true;
+        }
+        let order = (0..nr)
+            .map(|l| {
+                let mut others: Vec<usize> = (0..nr).filter(|&o| o != l).collect();
+                // Same node first (distance to itself is the smallest), then by distance, then id.
+                others.sort_by_key(|&o| {
+                    (
+                        !has_cpus[o],
+                        llc_node[o] != llc_node[l],
+                        distance(llc_node[l], llc_node[o]),
+                        o,
+                    )
+                });
+                others
+            })
+            .collect();
+        Layout {
+            cpu_llc: cpus.iter().map(|&(c, llc, _)| (c, fold(llc))).collect(),
+            llc_node,
+            order,
+        }
+    }
+
+    pub fn read(at_least: usize) -> Result<Self> {
+        let topo = Topology::new()?;
+        let cpus: Vec<_> = topo
+            .all_cpus
+            .values()
+            .map(|c| (c.id, c.llc_id, c.node_id))
+            .collect();
+        let distance = |a: usize, b: usize| {
+            topo.nodes
+                .get(&a)
+                .and_then(|n| n.distance.get(b).copied())
+                .unwrap_or(if a == b { 10 } else { 20 })
+        };
+        Ok(Self::new(&cpus, distance, at_least))
+    }
+
+    pub fn nr_llcs(&self) -> usize {
+        self.llc_node.len()
+    }
+
+    pub fn nr_nodes(&self) -> usize {
+        let mut nodes = self.llc_node.clone();
+        nodes.sort_unstable();
+        nodes.dedup();
+        nodes.len()
+    }
+}
+
+impl<'a> Scheduler<'a> {
+    /// Write `layout` to BPF. Per-CPU entries first, the LLC count last: a
+    /// CPU that reads the count sees orders and nodes for every LLC below it.
+    pub(super) fn write_topology(&mut self, layout: &Layout) {
+        let bss = self.bss();
+        for (l, node) in layout.llc_node.iter().enumerate() {
+            bss.bw_llc_node[l] = *node as u32;
+            for (i, o) in layout.order[l].iter().enumerate() {
+                bss.bw_llc_order[l][i] = *o as u8;
+            }
+        }
+        for &(cpu, llc) in &layout.cpu_llc {
+            if cpu < MAX_CPUS {
+                bss.bw_cpu_llc[cpu] = llc as u32;
+            }
+        }
+        bss.bw_nr_llcs = layout.nr_llcs() as u32;
+        self.nr_llcs = layout.nr_llcs();
+        self.nr_nodes = layout.nr_nodes();
+    }
+
+    /// Read and write the topology; on failure keep what BPF has (all CPUs in one
+    /// LLC at worst: scheduling stays correct, only less local).
+    pub(super) fn refresh_topology(&mut self, why: &str) {
+        match Layout::read(self.nr_llcs) {
+            Ok(layout) => {
+                self.write_topology(&layout);
+                info!(
+                    "topology ({why}): {} CPUs, {} LLC queue(s), {} NUMA node(s)",
+                    layout.cpu_llc.len(),
+                    layout.nr_llcs(),
+                    layout.nr_nodes()
+                );
+            }
+            Err(e) => warn!("reading the CPU topology ({why}): {e:#}; keeping the previous one"),
+        }
+    }
+
+    /// After CPUs went offline or came online (bw_hotplug_seq moved): read the
+    /// topology again, and once more at the next poll (sysfs may describe a CPU
+    /// just brought up only a moment after the scheduler hears of it).
+    pub(super) fn poll_topology(&mut self) {
+        let bss = self.bss();
+        // SAFETY: naturally aligned u64 in the mmapped .bss; BPF adds to it atomically.
+        let seq =
+            unsafe { AtomicU64::from_ptr(&raw mut bss.bw_hotplug_seq) }.load(Ordering::Acquire);
+        if seq != self.hotplug_seen {
+            self.hotplug_seen = seq;
+            self.topology_again = true;
+            self.refresh_topology("CPUs went offline or online");
+        } else if std::mem::take(&mut self.topology_again) {
+            self.refresh_topology("after hotplug, again");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn numa(a: usize, b: usize) -> usize {
+        if a == b {
+            10
+        } else {
+            10 + 10 * a.abs_diff(b)
+        }
+    }
+
+    #[test]
+    fn two_nodes_two_llcs_each_steal_in_node_first() {
+        // 8 CPUs, LLCs of 2 CPUs, LLC 0-1 on node 0, 2-3 on node 1.
+        let cpus: Vec<_> = (0..8).map(|c| (c, c / 2, c / 4)).collect();
+        let l = Layout::new(&cpus, numa, 1);
+        assert_eq!(l.nr_llcs(), 4);
+        assert_eq!(l.nr_nodes(), 2);
+        assert_eq!(l.llc_node, vec![0, 0, 1, 1]);
+        assert_eq!(l.order[0], vec![1, 2, 3]);
+        assert_eq!(l.order[1], vec![0, 2, 3]);
+        assert_eq!(l.order[2], vec![3, 0, 1]);
+        assert_eq!(l.order[3], vec![2, 0, 1]);
+        assert_eq!(l.cpu_llc[5], (5, 2));
+    }
+
+    #[test]
+    fn nearer_node_before_farther() {
+        // Three nodes in a line, one LLC each: node 1 is 20 from both others.
+        let cpus = [(0, 0, 0), (1, 1, 1), (2, 2, 2)];
+        let l = Layout::new(&cpus, numa, 1);
+        assert_eq!(l.order[0], vec![1, 2]);
+        assert_eq!(l.order[2], vec![1, 0]);
+        assert_eq!(l.order[1], vec![0, 2]);
+    }
+
+    #[test]
+    fn one_llc_has_no_other() {
+        let l = Layout::new(&[(0, 0, 0), (1, 0, 0)], numa, 1);
+        assert_eq!(l.nr_llcs(), 1);
+        assert!(l.order[0].is_empty());
+    }
+
+    #[test]
+    fn the_count_never_shrinks_and_emptied_llcs_come_last() {
+        // LLC 1's CPUs went offline: its queue stays, looked at after the others.
+        let cpus = [(0, 0, 0), (1, 0, 0), (4, 2, 0), (5, 2, 0)];
+        let l = Layout::new(&cpus, numa, 4);
+        assert_eq!(l.nr_llcs(), 4);
+        assert_eq!(l.order[0], vec![2, 1, 3]);
+        assert_eq!(l.order[2], vec![0, 1, 3]);
+    }
+
+    #[test]
+    fn llcs_beyond_the_maximum_fold_into_the_last() {
+        let cpus: Vec<_> = (0..MAX_LLCS + 10).map(|c| (c, c, 0)).collect();
+        let l = Layout::new(&cpus, numa, 1);
+        assert_eq!(l.nr_llcs(), MAX_LLCS);
+        assert_eq!(l.cpu_llc.last(), Some(&(MAX_LLCS + 9, MAX_LLCS - 1)));
+        assert!(l.order.iter().all(|o| o.len() == MAX_LLCS - 1));
+    }
+}
