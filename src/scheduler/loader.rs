@@ -91,6 +91,7 @@ impl<'a> Scheduler<'a> {
             config_path: opts.config.clone(),
             cost: Default::default(),
             nr_llcs: 1,
+            known_llc: Vec::new(),
             nr_nodes: 1,
             hotplug_seen: 0,
             topology_again: false,

@@ -88,6 +88,8 @@ pub struct Scheduler<'a> {
     cost: AgentCost,
     /// LLC queues and NUMA nodes BPF was last told of.
     nr_llcs: usize,
+    /// (cpu, llc) of every CPU a layout placed, online or not: keeps LLC ids stable.
+    known_llc: Vec<(usize, usize)>,
     nr_nodes: usize,
     /// bw_hotplug_seq when the topology was last read; read it once more at the next poll.
     hotplug_seen: u64,

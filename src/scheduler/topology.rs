@@ -5,6 +5,7 @@
 //! attaching, and again after CPUs go offline or come online (BPF bumps
 //! bw_hotplug_seq).
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::Result;
@@ -29,28 +30,36 @@ pub struct Layout {
 }
 
 impl Layout {
-    /// `cpus`: (cpu, llc, node); `distance(a, b)`: NUMA distance of nodes a and b.
-    /// LLC ids are dense from 0; those at or above BW_MAX_LLCS fold into the last.
+    /// `cpus`: (cpu, llc, node) as read, with the reader's LLC ids; `distance(a, b)`:
+    /// NUMA distance of nodes a and b. `known`: (cpu, llc) for every CPU an earlier
+    /// layout placed, with the ids BPF was given. The reader numbers LLCs afresh on
+    /// every read (after hotplug the same LLC may get another id), so ids are ours:
+    /// an LLC takes the id most of its CPUs had before, else the lowest id no LLC
+    /// ever had, CPUs in id order. Ids at or above BW_MAX_LLCS fold into the last.
     /// `at_least`: LLC queues BPF already has. Their number never shrinks: tasks may
     /// still wait in the queue of an LLC whose CPUs all went offline, and CPUs only
     /// look at queues below the count. Such a queue comes last in every order.
     pub fn new(
         cpus: &[(usize, usize, usize)],
         distance: impl Fn(usize, usize) -> usize,
+        known: &[(usize, usize)],
         at_least: usize,
     ) -> Self {
+        let ids = stable_llc_ids(cpus, known);
         let fold = |llc: usize| llc.min(MAX_LLCS - 1);
-        let nr = cpus
+        let cpu_llc: Vec<(usize, usize)> =
+            cpus.iter().map(|&(c, raw, _)| (c, fold(ids[&raw]))).collect();
+        let nr = cpu_llc
             .iter()
-            .map(|&(_, llc, _)| fold(llc) + 1)
+            .map(|&(_, llc)| llc + 1)
             .max()
             .unwrap_or(1)
             .max(at_least.min(MAX_LLCS));
         let mut llc_node = vec![0; nr];
         let mut has_cpus = vec![false; nr];
-        for &(_, llc, node) in cpus {
-            llc_node[fold(llc)] = node;
-            has_cpus[fold(llc)] = true;
+        for (&(_, llc), &(_, _, node)) in cpu_llc.iter().zip(cpus) {
+            llc_node[llc] = node;
+            has_cpus[llc] = true;
         }
         let order = (0..nr)
             .map(|l| {
@@ -67,14 +76,10 @@ impl Layout {
                 others
             })
             .collect();
-        Layout {
-            cpu_llc: cpus.iter().map(|&(c, llc, _)| (c, fold(llc))).collect(),
-            llc_node,
-            order,
-        }
+        Layout { cpu_llc, llc_node, order }
     }
 
-    pub fn read(at_least: usize) -> Result<Self> {
+    pub fn read(known: &[(usize, usize)], at_least: usize) -> Result<Self> {
         let topo = Topology::new()?;
         let cpus: Vec<_> = topo
             .all_cpus
@@ -87,7 +92,7 @@ impl Layout {
                 .and_then(|n| n.distance.get(b).copied())
                 .unwrap_or(if a == b { 10 } else { 20 })
         };
-        Ok(Self::new(&cpus, distance, at_least))
+        Ok(Self::new(&cpus, distance, known, at_least))
     }
 
     pub fn nr_llcs(&self) -> usize {
@@ -100,6 +105,48 @@ impl Layout {
         nodes.dedup();
         nodes.len()
     }
+}
+
+/// The reader's LLC id -> ours, for `Layout::new`.
+fn stable_llc_ids(
+    cpus: &[(usize, usize, usize)],
+    known: &[(usize, usize)],
+) -> BTreeMap<usize, usize> {
+    let before: BTreeMap<usize, usize> = known.iter().copied().collect();
+    let mut groups: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+    for &(cpu, raw, _) in cpus {
+        groups.entry(raw).or_default().push(cpu);
+    }
+    let mut groups: Vec<(usize, Vec<usize>)> = groups.into_iter().collect();
+    groups.sort_by_key(|(_, cs)| cs.iter().min().copied());
+    let mut ids = BTreeMap::new();
+    let mut taken = BTreeSet::new();
+    for (raw, cs) in &groups {
+        let mut votes: BTreeMap<usize, usize> = BTreeMap::new();
+        for c in cs {
+            if let Some(&l) = before.get(c) {
+                *votes.entry(l).or_default() += 1;
+            }
+        }
+        // Most votes, then the lowest id.
+        let best = votes
+            .into_iter()
+            .filter(|(l, _)| !taken.contains(l))
+            .max_by_key(|&(l, n)| (n, std::cmp::Reverse(l)));
+        if let Some((l, _)) = best {
+            ids.insert(*raw, l);
+            taken.insert(l);
+        }
+    }
+    let ever: BTreeSet<usize> = before.values().copied().collect();
+    for (raw, _) in &groups {
+        if !ids.contains_key(raw) {
+            let l = (0..).find(|l| !taken.contains(l) && !ever.contains(l)).unwrap();
+            ids.insert(*raw, l);
+            taken.insert(l);
+        }
+    }
+    ids
 }
 
 impl<'a> Scheduler<'a> {
@@ -120,13 +167,19 @@ impl<'a> Scheduler<'a> {
         }
         bss.bw_nr_llcs = layout.nr_llcs() as u32;
         self.nr_llcs = layout.nr_llcs();
+        for &(cpu, llc) in &layout.cpu_llc {
+            match self.known_llc.iter_mut().find(|(c, _)| *c == cpu) {
+                Some(e) => e.1 = llc,
+                None => self.known_llc.push((cpu, llc)),
+            }
+        }
         self.nr_nodes = layout.nr_nodes();
     }
 
     /// Read and write the topology; on failure keep what BPF has (all CPUs in one
     /// LLC at worst: scheduling stays correct, only less local).
     pub(super) fn refresh_topology(&mut self, why: &str) {
-        match Layout::read(self.nr_llcs) {
+        match Layout::read(&self.known_llc, self.nr_llcs) {
             Ok(layout) => {
                 self.write_topology(&layout);
                 info!(
@@ -174,7 +227,7 @@ mod tests {
     fn two_nodes_two_llcs_each_steal_in_node_first() {
         // 8 CPUs, LLCs of 2 CPUs, LLC 0-1 on node 0, 2-3 on node 1.
         let cpus: Vec<_> = (0..8).map(|c| (c, c / 2, c / 4)).collect();
-        let l = Layout::new(&cpus, numa, 1);
+        let l = Layout::new(&cpus, numa, &[], 1);
         assert_eq!(l.nr_llcs(), 4);
         assert_eq!(l.nr_nodes(), 2);
         assert_eq!(l.llc_node, vec![0, 0, 1, 1]);
@@ -189,7 +242,7 @@ mod tests {
     fn nearer_node_before_farther() {
         // Three nodes in a line, one LLC each: node 1 is 20 from both others.
         let cpus = [(0, 0, 0), (1, 1, 1), (2, 2, 2)];
-        let l = Layout::new(&cpus, numa, 1);
+        let l = Layout::new(&cpus, numa, &[], 1);
         assert_eq!(l.order[0], vec![1, 2]);
         assert_eq!(l.order[2], vec![1, 0]);
         assert_eq!(l.order[1], vec![0, 2]);
@@ -197,7 +250,7 @@ mod tests {
 
     #[test]
     fn one_llc_has_no_other() {
-        let l = Layout::new(&[(0, 0, 0), (1, 0, 0)], numa, 1);
+        let l = Layout::new(&[(0, 0, 0), (1, 0, 0)], numa, &[], 1);
         assert_eq!(l.nr_llcs(), 1);
         assert!(l.order[0].is_empty());
     }
@@ -206,16 +259,52 @@ mod tests {
     fn the_count_never_shrinks_and_emptied_llcs_come_last() {
         // LLC 1's CPUs went offline: its queue stays, looked at after the others.
         let cpus = [(0, 0, 0), (1, 0, 0), (4, 2, 0), (5, 2, 0)];
-        let l = Layout::new(&cpus, numa, 4);
+        let l = Layout::new(&cpus, numa, &[(0, 0), (1, 0), (2, 1), (3, 1), (4, 2), (5, 2), (6, 3)], 4);
         assert_eq!(l.nr_llcs(), 4);
         assert_eq!(l.order[0], vec![2, 1, 3]);
         assert_eq!(l.order[2], vec![0, 1, 3]);
     }
 
     #[test]
+    fn ids_survive_the_reader_renumbering_after_hotplug() {
+        // Two LLCs of 4 CPUs. At start the reader calls them 0 and 1; after CPU 1 and
+        // then all of LLC 1 went offline and came back, it calls them 2 and 0.
+        let start: Vec<_> = (0..8).map(|c| (c, c / 4, c / 4)).collect();
+        let a = Layout::new(&start, numa, &[], 1);
+        let mut known = a.cpu_llc.clone();
+        let without: Vec<_> = [0, 2, 3].iter().map(|&c| (c, 5, 0)).collect();
+        let b = Layout::new(&without, numa, &known, a.nr_llcs());
+        assert_eq!(b.cpu_llc, vec![(0, 0), (2, 0), (3, 0)]);
+        assert_eq!(b.nr_llcs(), 2);
+        known.extend(b.cpu_llc.iter().copied());
+        let back: Vec<_> = (0..8).map(|c| (c, if c < 4 { 2 } else { 0 }, c / 4)).collect();
+        let c = Layout::new(&back, numa, &known, b.nr_llcs());
+        assert_eq!(c, a);
+    }
+
+    #[test]
+    fn a_new_llc_takes_an_id_no_llc_had() {
+        // LLC 0 (CPUs 0-1) and LLC 1 (CPUs 2-3) known; CPU 2-3 offline, CPUs 4-5 of an
+        // LLC never seen come online: they must not take LLC 1's id, whose CPUs may return.
+        let known = [(0, 0), (1, 0), (2, 1), (3, 1)];
+        let cpus = [(0, 7, 0), (1, 7, 0), (4, 3, 0), (5, 3, 0)];
+        let l = Layout::new(&cpus, numa, &known, 2);
+        assert_eq!(l.cpu_llc, vec![(0, 0), (1, 0), (4, 2), (5, 2)]);
+        assert_eq!(l.nr_llcs(), 3);
+    }
+
+    #[test]
+    fn sparse_reader_ids_become_dense() {
+        let cpus = [(0, 4, 0), (1, 4, 0), (2, 9, 0), (3, 9, 0)];
+        let l = Layout::new(&cpus, numa, &[], 1);
+        assert_eq!(l.nr_llcs(), 2);
+        assert_eq!(l.cpu_llc, vec![(0, 0), (1, 0), (2, 1), (3, 1)]);
+    }
+
+    #[test]
     fn llcs_beyond_the_maximum_fold_into_the_last() {
         let cpus: Vec<_> = (0..MAX_LLCS + 10).map(|c| (c, c, 0)).collect();
-        let l = Layout::new(&cpus, numa, 1);
+        let l = Layout::new(&cpus, numa, &[], 1);
         assert_eq!(l.nr_llcs(), MAX_LLCS);
         assert_eq!(l.cpu_llc.last(), Some(&(MAX_LLCS + 9, MAX_LLCS - 1)));
         assert!(l.order.iter().all(|o| o.len() == MAX_LLCS - 1));
