@@ -23,6 +23,7 @@ use scx_utils::{scx_ops_attach, scx_ops_load, scx_ops_open, uei_exited};
 use super::events::EventRing;
 use super::metrics::launch_stats_server;
 use super::period::set_realtime;
+use super::topology;
 use super::{Group, LoopWaker, Origin, Scheduler, LATENESS_SAMPLES, NSEC_PER_USEC};
 use crate::bpf_intf;
 use crate::bpf_skel::*;
@@ -95,9 +96,17 @@ impl<'a> Scheduler<'a> {
             nr_nodes: 1,
             hotplug_seen: 0,
             topology_again: false,
+            topology_reader: None,
         };
         // Before attaching: the first tasks enqueued go to their LLC's queue.
-        sched.refresh_topology("start");
+        sched.apply_topology(topology::Raw::read(), "start");
+        sched.topology_reader = match topology::TopologyReader::spawn() {
+            Ok(r) => Some(r),
+            Err(e) => {
+                error!("topology reader thread: {e:#}; the topology is not read again after hotplug");
+                None
+            }
+        };
         // The stats server's thread starts before the agent turns SCHED_FIFO: it
         // inherits the policy, and it is not time-critical.
         sched.events = match EventRing::new(&sched.skel.maps.events) {

@@ -94,4 +94,5 @@ pub struct Scheduler<'a> {
     /// bw_hotplug_seq when the topology was last read; read it once more at the next poll.
     hotplug_seen: u64,
     topology_again: bool,
+    topology_reader: Option<topology::TopologyReader>,
 }

@@ -2,11 +2,13 @@
 //! (src/bpf/queues.bpf.h): which LLC each CPU belongs to, which node each LLC
 //! is on, and for each LLC the others nearest first, the order in which its
 //! idle CPUs steal. Read with scx_utils' `Topology` (online CPUs only) before
-//! attaching, and again after CPUs go offline or come online (BPF bumps
-//! bw_hotplug_seq).
+//! attaching, and again, on a thread of its own, after CPUs go offline or come
+//! online (BPF bumps bw_hotplug_seq).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use log::{info, warn};
@@ -34,8 +36,8 @@ impl Layout {
     /// NUMA distance of nodes a and b. `known`: (cpu, llc) for every CPU an earlier
     /// layout placed, with the ids BPF was given. The reader numbers LLCs afresh on
     /// every read (after hotplug the same LLC may get another id), so ids are ours:
-    /// an LLC takes the id most of its CPUs had before, else the lowest id no LLC
-    /// ever had, CPUs in id order. Ids at or above BW_MAX_LLCS fold into the last.
+    /// an LLC takes the id most of its CPUs had before (even if another LLC read
+    /// has it too), else the lowest id no LLC ever had, CPUs in id order. Ids at or above BW_MAX_LLCS fold into the last.
     /// `at_least`: LLC queues BPF already has. Their number never shrinks: tasks may
     /// still wait in the queue of an LLC whose CPUs all went offline, and CPUs only
     /// look at queues below the count. Such a queue comes last in every order.
@@ -79,20 +81,11 @@ impl Layout {
         Layout { cpu_llc, llc_node, order }
     }
 
-    pub fn read(known: &[(usize, usize)], at_least: usize) -> Result<Self> {
-        let topo = Topology::new()?;
-        let cpus: Vec<_> = topo
-            .all_cpus
-            .values()
-            .map(|c| (c.id, c.llc_id, c.node_id))
-            .collect();
+    pub fn from_raw(raw: &Raw, known: &[(usize, usize)], at_least: usize) -> Self {
         let distance = |a: usize, b: usize| {
-            topo.nodes
-                .get(&a)
-                .and_then(|n| n.distance.get(b).copied())
-                .unwrap_or(if a == b { 10 } else { 20 })
+            raw.distance.get(&(a, b)).copied().unwrap_or(if a == b { 10 } else { 20 })
         };
-        Ok(Self::new(&cpus, distance, known, at_least))
+        Self::new(&raw.cpus, distance, known, at_least)
     }
 
     pub fn nr_llcs(&self) -> usize {
@@ -128,11 +121,9 @@ fn stable_llc_ids(
                 *votes.entry(l).or_default() += 1;
             }
         }
-        // Most votes, then the lowest id.
-        let best = votes
-            .into_iter()
-            .filter(|(l, _)| !taken.contains(l))
-            .max_by_key(|&(l, n)| (n, std::cmp::Reverse(l)));
+        // Most votes, then the lowest id. Taken or not: while a CPU comes online sysfs
+        // may show it in an LLC of its own for a moment; it stays in its LLC's queue.
+        let best = votes.into_iter().max_by_key(|&(l, n)| (n, std::cmp::Reverse(l)));
         if let Some((l, _)) = best {
             ids.insert(*raw, l);
             taken.insert(l);
@@ -147,6 +138,65 @@ fn stable_llc_ids(
         }
     }
     ids
+}
+
+/// The topology as read: (cpu, llc, node) with the reader's LLC ids, and NUMA distances.
+pub struct Raw {
+    cpus: Vec<(usize, usize, usize)>,
+    distance: BTreeMap<(usize, usize), usize>,
+}
+
+impl Raw {
+    /// Read with scx_utils (online CPUs only). Slow: about 200 ms of CPU at 8 vCPUs
+    /// under qemu TCG, so after hotplug it is done by `TopologyReader`, never on the
+    /// refill thread.
+    pub fn read() -> Result<Self> {
+        let topo = Topology::new()?;
+        let cpus = topo.all_cpus.values().map(|c| (c.id, c.llc_id, c.node_id)).collect();
+        let mut distance = BTreeMap::new();
+        for (&a, n) in &topo.nodes {
+            for (b, &d) in n.distance.iter().enumerate() {
+                distance.insert((a, b), d);
+            }
+        }
+        Ok(Raw { cpus, distance })
+    }
+}
+
+/// After a hotplug event, wait this long before reading (a burst of events is read once,
+/// and sysfs may describe a CPU just brought up only a moment after BPF hears of it).
+const SETTLE: Duration = Duration::from_millis(250);
+/// At most one read per this interval: a CPU toggled every 500 ms must not keep a
+/// CPU busy reading sysfs. Meanwhile BPF keeps the previous layout, which stays
+/// correct: an offline CPU takes no task, a returning one goes back to its LLC.
+const MIN_GAP: Duration = Duration::from_secs(2);
+
+/// A thread at normal priority that reads the topology when asked; the agent's loop
+/// picks the result up at its next poll.
+pub struct TopologyReader {
+    ask: mpsc::Sender<()>,
+    done: mpsc::Receiver<Result<Raw>>,
+}
+
+impl TopologyReader {
+    /// Start the thread (before the agent turns SCHED_FIFO: it inherits the policy).
+    pub fn spawn() -> Result<Self> {
+        let (ask, asked) = mpsc::channel::<()>();
+        let (tell, done) = mpsc::channel();
+        std::thread::Builder::new().name("scxbw-topology".into()).spawn(move || {
+            let mut last: Option<Instant> = None;
+            while asked.recv().is_ok() {
+                let at = last.map_or(Instant::now() + SETTLE, |l| (Instant::now() + SETTLE).max(l + MIN_GAP));
+                std::thread::sleep(at.saturating_duration_since(Instant::now()));
+                while asked.try_recv().is_ok() {}
+                last = Some(Instant::now());
+                if tell.send(Raw::read()).is_err() {
+                    break;
+                }
+            }
+        })?;
+        Ok(TopologyReader { ask, done })
+    }
 }
 
 impl<'a> Scheduler<'a> {
@@ -176,11 +226,12 @@ impl<'a> Scheduler<'a> {
         self.nr_nodes = layout.nr_nodes();
     }
 
-    /// Read and write the topology; on failure keep what BPF has (all CPUs in one
+    /// Write a topology read to BPF; on failure keep what BPF has (all CPUs in one
     /// LLC at worst: scheduling stays correct, only less local).
-    pub(super) fn refresh_topology(&mut self, why: &str) {
-        match Layout::read(&self.known_llc, self.nr_llcs) {
-            Ok(layout) => {
+    pub(super) fn apply_topology(&mut self, raw: Result<Raw>, why: &str) {
+        match raw {
+            Ok(raw) => {
+                let layout = Layout::from_raw(&raw, &self.known_llc, self.nr_llcs);
                 self.write_topology(&layout);
                 info!(
                     "topology ({why}): {} CPUs, {} LLC queue(s), {} NUMA node(s)",
@@ -193,20 +244,28 @@ impl<'a> Scheduler<'a> {
         }
     }
 
-    /// After CPUs went offline or came online (bw_hotplug_seq moved): read the
-    /// topology again, and once more at the next poll (sysfs may describe a CPU
-    /// just brought up only a moment after the scheduler hears of it).
+    /// After CPUs went offline or came online (bw_hotplug_seq moved): have the
+    /// topology read again, and once more after that read (sysfs may describe a
+    /// CPU just brought up only a moment after the scheduler hears of it).
     pub(super) fn poll_topology(&mut self) {
+        if self.topology_reader.is_none() {
+            return;
+        }
         let bss = self.bss();
         // SAFETY: naturally aligned u64 in the mmapped .bss; BPF adds to it atomically.
         let seq =
             unsafe { AtomicU64::from_ptr(&raw mut bss.bw_hotplug_seq) }.load(Ordering::Acquire);
+        let Some(reader) = &self.topology_reader else { return };
         if seq != self.hotplug_seen {
             self.hotplug_seen = seq;
             self.topology_again = true;
-            self.refresh_topology("CPUs went offline or online");
-        } else if std::mem::take(&mut self.topology_again) {
-            self.refresh_topology("after hotplug, again");
+            let _ = reader.ask.send(());
+        }
+        if let Ok(raw) = reader.done.try_recv() {
+            if std::mem::take(&mut self.topology_again) {
+                let _ = reader.ask.send(());
+            }
+            self.apply_topology(raw, "after hotplug");
         }
     }
 }
@@ -291,6 +350,16 @@ mod tests {
         let l = Layout::new(&cpus, numa, &known, 2);
         assert_eq!(l.cpu_llc, vec![(0, 0), (1, 0), (4, 2), (5, 2)]);
         assert_eq!(l.nr_llcs(), 3);
+    }
+
+    #[test]
+    fn a_cpu_shown_alone_for_a_moment_stays_in_its_llc() {
+        // CPU 4 just came online and sysfs does not yet list it with 5-7.
+        let known: Vec<_> = (0..8).map(|c| (c, c / 4)).collect();
+        let cpus: Vec<_> = (0..8).map(|c| (c, if c == 4 { 9 } else { c / 4 }, c / 4)).collect();
+        let l = Layout::new(&cpus, numa, &known, 2);
+        assert_eq!(l.nr_llcs(), 2);
+        assert_eq!(l.cpu_llc, known);
     }
 
     #[test]
