@@ -28,9 +28,25 @@ pack_initramfs() {
 # skew", 512.0 ms of TSC against 511.7 ms of HPET) and switched to the HPET, whose every
 # read is an emulated device access; every scenario after it in that boot failed
 # (usage 0.23-0.96 of limits held to 2-5 %). Under TCG both clocks follow the host's.
+#
+# Topology: SCXBW_VM_SMP is qemu's -smp (e.g. 8,sockets=2,cores=4: one LLC per socket;
+# 8,sockets=1,cores=4,threads=2 for SMT), SCXBW_VM_NUMA=N splits the CPUs into N NUMA
+# nodes of equal size, each with its own memory (qemu 7.2 refuses -numa node,cpus=
+# without a memory backend), SCXBW_VM_MEM the total memory (default 1G, 2G with NUMA).
 qemu_argv() {
+    local smp=${SCXBW_VM_SMP:-2} nodes=${SCXBW_VM_NUMA:-1} mem numa=() n per mb
+    mem=${SCXBW_VM_MEM:-$([ "$nodes" -gt 1 ] && echo 2G || echo 1G)}
+    if [ "$nodes" -gt 1 ]; then
+        n=${smp%%,*}
+        per=$((n / nodes))
+        case "$mem" in *G) mb=$(( ${mem%G} * 1024 )) ;; *M) mb=${mem%M} ;; *) mb=$mem ;; esac
+        for i in $(seq 0 $((nodes - 1))); do
+            numa+=(-object "memory-backend-ram,size=$((mb / nodes))M,id=m$i"
+                -numa "node,memdev=m$i,cpus=$((i * per))-$((i * per + per - 1))")
+        done
+    fi
     QEMU_ARGV=(qemu-system-x86_64 -name scxbw,debug-threads=on -accel tcg,thread=multi -cpu max
-        -smp "${SCXBW_VM_SMP:-2}" -m "${SCXBW_VM_MEM:-1G}"
+        -smp "$smp" -m "$mem" "${numa[@]}"
         -kernel "$KDIR/vmlinuz" -initrd "$1" -append "tsc=reliable${2:+ $2}"
         -nographic -no-reboot -net none)
 }

@@ -23,7 +23,7 @@ usage: scxbw-guest hog --threads N --seconds S [--cgroup REL] [--pin CPU]
        scxbw-guest gaps --threads 1 --seconds S [--cgroup REL] [--pin CPU]
        scxbw-guest ticker --threads 1 --hz N --seconds S [--cgroup REL] [--pin CPU]
        scxbw-guest stats-fetch    (one request to the stats socket; prints the group count)
-       scxbw-guest scenarios [--sched PATH] [--only NAME,NAME] [--list] [--cfs] [--bench]
+       scxbw-guest scenarios [--sched PATH] [--only NAME,NAME] [--list] [--cfs] [--bench | --wide]
        scxbw-guest hostwatch --pidfile FILE   (on the host: qemu's console on stdin; adds
                  the host's steal and load during each scenario to its verdict line)
        scxbw-guest hostload --pct P --seconds S   (on the host, as root: a SCHED_FIFO
@@ -34,7 +34,8 @@ usage: scxbw-guest hog --threads N --seconds S [--cgroup REL] [--pin CPU]
                  PATH --config FILE --stats 1
   --cfs          no scheduler: apply the limits through cpu.max (kernel CFS bandwidth
                  control), for comparison; scenarios that need the scheduler are skipped
-  --bench        the benchmark set (tests/bench/run) instead of the acceptance scenarios";
+  --bench        the benchmark set (tests/bench/run) instead of the acceptance scenarios
+  --wide         the set for a machine of several LLCs and NUMA nodes (tests/vm/README.md)";
 
 /// Why a command failed: bad arguments (exit 2, with usage) or a runtime error (exit 1).
 enum Fail {
@@ -43,8 +44,14 @@ enum Fail {
 }
 
 fn scenarios(argv: &[String]) -> Result<bool, Fail> {
-    let p = args::parse(argv, &["sched", "only"], &["list", "cfs", "bench"]).map_err(Fail::Usage)?;
-    let all = if p.switch("bench") { scenarios::bench() } else { scenarios::all() };
+    let p = args::parse(argv, &["sched", "only"], &["list", "cfs", "bench", "wide"]).map_err(Fail::Usage)?;
+    let all = if p.switch("bench") {
+        scenarios::bench()
+    } else if p.switch("wide") {
+        scenarios::wide()
+    } else {
+        scenarios::all()
+    };
     if p.switch("list") {
         for s in &all {
             let note = if s.needs_sched {

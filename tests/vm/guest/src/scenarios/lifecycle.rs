@@ -134,7 +134,7 @@ fn hotplug(ctx: &mut Ctx) -> Result<(), String> {
     sleep(crate::runner::WARMUP);
 
     let before = crate::stats::fetch()?;
-    let usage = || -> Result<Vec<u64>, String> { groups.iter().map(|(g, _)| crate::cgroup::read_usage_usec(g)).collect() };
+    let usage = || -> Result<Vec<u64>, String> { groups.iter().map(|(g, _)| g).chain(&["t/c"]).map(|g| crate::cgroup::read_usage_usec(g)).collect() };
     let (t0, u0) = (crate::workload::mono_ns(), usage()?);
     let start = Instant::now();
     let (mut toggles, mut next, mut online) = (0u32, start, true);
@@ -169,8 +169,11 @@ fn hotplug(ctx: &mut Ctx) -> Result<(), String> {
     if ctx.sched_output().contains("restart") {
         ctx.fail("the scheduler was restarted during hotplug");
     }
+    let used_of = |i: usize| (u1[i] - u0[i]) as f64 * 1e3 / (t1 - t0) as f64;
+    // t/c's one hog is never throttled: what a thread that could always run got.
+    ctx.figure("t/c.usage_cpus", format!("{:.3}", used_of(groups.len())));
     for (i, (g, limit)) in groups.iter().enumerate() {
-        let used = (u1[i] - u0[i]) as f64 * 1e3 / (t1 - t0) as f64;
+        let used = used_of(i);
         ctx.figure(format!("{g}.usage_cpus"), format!("{used:.3}"));
         ctx.figure(format!("{g}.ratio"), format!("{:.3}", used / limit));
         if (used / limit - 1.0).abs() > 0.05 {

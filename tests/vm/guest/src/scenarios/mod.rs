@@ -7,7 +7,8 @@
 //! The scenarios are in one file per area, each listing its own in `scenarios()` at its end:
 //! lifecycle (attach, reload, hotplug, exit), limits, weights, burst_slack, cgroupfs (cpu.max
 //! without a config), monitoring (statistics), reliability (agent stall, rescue, stress, RT
-//! neighbour, move latency) and scale; bench holds the benchmark bodies. This file holds the
+//! neighbour, move latency) and scale; bench holds the benchmark bodies; wide holds those for
+//! machines with several LLCs and NUMA nodes (`--wide`, not in `all()`). This file holds the
 //! types, the constructors the lists use, all() and bench(), and the helpers areas share.
 
 use crate::runner::Ctx;
@@ -24,6 +25,7 @@ mod monitoring;
 mod reliability;
 mod scale;
 mod weights;
+mod wide;
 
 /// One `[[group]]` of the scheduler's config; in --cfs mode written to cpu.max instead.
 #[derive(Clone, Debug)]
@@ -257,6 +259,18 @@ pub fn all() -> Vec<Scenario> {
     .into_iter()
     .flatten()
     .collect()
+}
+
+/// The set for machines with several LLCs and NUMA nodes (`scenarios --wide`): the wide
+/// area's own, and those of the 2-CPU set whose checks do not assume 2 CPUs.
+pub fn wide() -> Vec<Scenario> {
+    let mut v = wide::scenarios();
+    v.extend(
+        all()
+            .into_iter()
+            .filter(|s| ["stress", "scale", "burst_hog", "burst_latency"].contains(&s.name)),
+    );
+    v
 }
 
 /// The benchmark set (`scenarios --bench`, driven by tests/bench/run): the same
