@@ -152,7 +152,6 @@ static s32 bw_safety_start(void)
 static void bw_safety_release(void)
 {
 	struct task_struct *p;
-	bool moved = false;
 	s32 slot;
 
 	if (!READ_ONCE(bw_safety_pending))
@@ -169,11 +168,9 @@ static void bw_safety_release(void)
 		bw_settle_throttle_clocks(g, slot);
 		bpf_for_each(scx_dsq, p, BW_PARK_DSQ_BASE + slot, 0) {
 			if (scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, task_dsq(p), 0))
-				moved = true;
+				kick_idle_for(p);
 		}
 	}
-	if (moved)
-		kick_idle_cpus();
 }
 
 #endif /* __SCX_BW_SAFETY_BPF_H */

@@ -6,8 +6,8 @@
  * SEC("syscall") program, for the BPF half: pay what CPUs owe for runs on
  * credit out of the refill first (or a CPU deep in debt would swallow it),
  * close the throttle clocks into throttled_time (cpu.stat), clear the
- * throttle, move the parked tasks back to their LLCs' queues and kick idle CPUs
- * to run them. bw_reset_slot is the same release for a slot the agent is
+ * throttle, move the parked tasks back to their LLCs' queues and wake an idle
+ * CPU for each. bw_reset_slot is the same release for a slot the agent is
  * (re)assigning, with all of its per-CPU state forgotten.
  */
 #ifndef __SCX_BW_UNTHROTTLE_BPF_H
@@ -25,7 +25,31 @@ static void bw_stop_clock(struct bw_group *g, struct bw_cpu *c, u64 now)
 		__sync_fetch_and_add(&g->throttled_time, now - at);
 }
 
-/* Wake every idle CPU (to run tasks just moved to the LLC queues). */
+/*
+ * Wake one idle CPU for @p, just moved from a park queue to its LLC's queue:
+ * the CPU it last ran on if that is idle (the queue is that CPU's LLC's),
+ * else any idle CPU it may run on, which takes it from there when its own
+ * queue is empty (steal when idle, nearest LLC first). Claiming the idle bit
+ * makes each released task wake a CPU of its own; with none idle, the busy
+ * CPUs take it at their next dispatch. One kick per task, not one per idle
+ * CPU: a release of one task on a 200-CPU machine wakes one CPU, not every
+ * idle one (each to find nothing but one). A plain kick, as bw_enqueue's: a
+ * CPU whose idle bit is set may not have switched to idle yet, SCX_KICK_IDLE
+ * would skip it, and with its bit claimed it would then sleep unseen.
+ */
+static __always_inline void kick_idle_for(struct task_struct *p)
+{
+	s32 cpu = scx_bpf_task_cpu(p);
+
+	if (!bpf_cpumask_test_cpu(cpu, p->cpus_ptr) || !scx_bpf_test_and_clear_cpu_idle(cpu))
+		cpu = scx_bpf_pick_idle_cpu(p->cpus_ptr, 0);
+	if (cpu < 0)
+		return;
+	bw_kick_cpu(cpu, 0);
+	stat_inc(BW_STAT_KICK);
+}
+
+/* Every idle CPU (a slot reset, rare: what it released is not known task by task). */
 static __always_inline void kick_idle_cpus(void)
 {
 	s32 cpu;
@@ -100,7 +124,7 @@ static u64 bw_dsq_front_vtime(u64 dsq_id)
  * Unthrottle, run by the agent right after it refilled a pool: pay the CPUs'
  * debts out of it, settle each CPU's throttle clock into throttled_time, clear
  * the throttle and move the parked tasks back to their queues, those that
- * hold the kernel up first, then wake idle CPUs to run them. A pool that is
+ * hold the kernel up first, waking an idle CPU for each. A pool that is
  * still empty stays throttled.
  */
 SEC("syscall")
@@ -161,6 +185,7 @@ int bw_unthrottle(struct bw_unthrottle_args *args)
 		if (scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, dsq, 0)) {
 			args->nr_released++;
 			stat_inc(BW_STAT_HELD_FIRST);
+			kick_idle_for(p);
 		}
 	}
 	bpf_for_each(scx_dsq, p, BW_PARK_DSQ_BASE + slot, 0) {
@@ -172,12 +197,12 @@ int bw_unthrottle(struct bw_unthrottle_args *args)
 		}
 		/* Counted in memory: a register counter defeats the verifier's
 		 * loop convergence. */
-		if (scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, task_dsq(p), 0))
+		if (scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, task_dsq(p), 0)) {
 			args->nr_released++;
+			kick_idle_for(p);
+		}
 	}
 	bpf_rcu_read_unlock();
-	if (args->nr_released)
-		kick_idle_cpus();
 	if (!dry)
 		stat_add(BW_STAT_RELEASE, args->nr_released);
 	return 0;
