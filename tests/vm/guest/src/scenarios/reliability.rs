@@ -74,10 +74,15 @@ fn rt_neighbour(ctx: &mut Ctx) -> Result<(), String> {
     Ok(())
 }
 
-/// The 20 limited groups of `stress`: a group with a 1 ms period (quota ≥ 1 ms makes that
-/// 1 CPU), a 3-deep chain (0.45, 0.2 and 0.08 CPU with periods 20 ms, 100 ms and 1 s), 13
-/// small groups with periods 50 ms–1 s, two groups a hog is moved between, and a fork
-/// storm's group. Limits add up to 1.75 CPUs of 2, so every group can reach its own. Each
+/// The 20 limited groups of `stress`: a group with a 1.25 ms period (0.8 CPU; a quota is at
+/// least 1 ms, as the kernel's), a 3-deep chain (0.45, 0.2 and 0.08 CPU with periods 20 ms,
+/// 100 ms and 1 s), 13 small groups with periods 50 ms–1 s, two groups a hog is moved
+/// between, and a fork storm's group. Limits add up to 1.55 CPUs of 2, and the rest is room
+/// for the agent (0.11-0.22 CPU here: it books the short-period group's periods and runs ~200
+/// unthrottles a second) and the kernel's threads (~0.05), so every group can reach its own.
+/// With that group at 1 ms / 1 ms, a whole CPU (1.75 of 2), the room was not always there,
+/// and that group, the largest and so the one the others' share comes out of, got 0.948 of its limit with the guest 1.5 % idle (the agent at 0.215 CPU), 0.957 at
+/// 5.1 %, 0.971 at 4.9 % and at 10.3 % (2026-12-02/03). Each
 /// level of the chain also has an unlimited leaf of equal weight: a limited child's fair
 /// share of its parent (0.225, 0.1) is above its limit, and the parent's limit is reached
 /// through the leaf. (In a chain whose outer period is the longest, the inner groups could
@@ -88,7 +93,7 @@ fn rt_neighbour(ctx: &mut Ctx) -> Result<(), String> {
 /// timer refills once, as the kernel's does.)
 fn stress_limits() -> Vec<Limit> {
     let mut v = vec![
-        lim("t/s/p1ms", 1_000, 1_000),
+        lim("t/s/p1ms", 1_000, 1_250),
         lim("t/s/n1", 9_000, 20_000),
         lim("t/s/n1/n2", 20_000, 100_000),
         lim("t/s/n1/n2/n3", 80_000, 1_000_000),
@@ -104,11 +109,11 @@ fn stress_limits() -> Vec<Limit> {
     v
 }
 
-/// Sustained stress (see `stress_limits`): 39 hog threads — 3 in the 1 ms group, 2 in the
+/// Sustained stress (see `stress_limits`): 39 hog threads — 3 in the short-period group, 2 in the
 /// chain's innermost group and 2 in each of its unlimited leaves, 2 in each small group, 1 in m1 and m2 plus a 2-thread hog moved
 /// between them every 100 ms — and a fork storm (1 thread), for 60 s. Checked: the
 /// scheduler stays attached, no workload dies, every group's usage over the last 55 s is
-/// within ±5 % of its limit. The 1 ms group got 0.48-0.66 of it before its pool could be
+/// within ±5 % of its limit. At 1 ms / 1 ms that group got 0.48-0.66 of it before its pool could be
 /// overdrawn (the kernel's CFS 0.79-0.80 under TCG), 0.974 in 3 runs since (2026-12-01);
 /// docs/design.md ("Short periods") says where the rest was lost. The fork
 /// storm's group got 0.957-0.986 of its limit in 8 runs (0.945 in one CI run) while slack
@@ -168,7 +173,7 @@ fn stress(ctx: &mut Ctx) -> Result<(), String> {
     let stats0 = if ctx.has_sched() { crate::stats::fetch().ok() } else { None };
     let cpu0 = guest_cpu_ticks();
     let used = ctx.measure(&names, RUN - SKIP - Duration::from_secs(2));
-    // Whether the machine was saturated meanwhile: the 1 ms group, the largest limit,
+    // Whether the machine was saturated meanwhile: the short-period group, the largest limit,
     // gets what the others (all below their fair share) and the agent leave.
     if let (Some((t0, b0)), Some((t1, b1))) = (cpu0, guest_cpu_ticks()) {
         ctx.figure("guest_idle_pct", format!("{:.1}", 100.0 * (1.0 - (b1 - b0) as f64 / (t1 - t0).max(1) as f64)));
@@ -215,8 +220,10 @@ fn stress(ctx: &mut Ctx) -> Result<(), String> {
         for k in ["rescued", "safety_refills", "short_period_refills", "short_period_caught_up", "short_period_missed", "slice_timer_kicks", "timer_late_p99_us", "event_lost"] {
             ctx.figure(k, crate::stats::num(&m, k)?);
         }
-        let g = crate::stats::group(&m, "t/s/fork")?;
-        ctx.figure("fork.discard_ms", format!("{:.1}", crate::stats::num(g, "throttled_discard_usec")? / 1e3));
+        for (label, cgroup) in [("fork", "t/s/fork"), ("p1ms", "t/s/p1ms")] {
+            let g = crate::stats::group(&m, cgroup)?;
+            ctx.figure(format!("{label}.discard_ms"), format!("{:.1}", crate::stats::num(g, "throttled_discard_usec")? / 1e3));
+        }
     }
     end_fork_storm(ctx, storm, 100, Duration::from_secs(15))
 }
