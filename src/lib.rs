@@ -5,12 +5,14 @@
 //! - `cgroups`: the cgroup2 mount and cgroup ids;
 //! - `pools`: the period timer and the refill rule;
 //! - `scheduler`: loading the BPF side and the agent's run loop;
-//! - `stats`: counters and the `--stats` report.
+//! - `stats`: counters and the `--stats` report;
+//! - `openmetrics`: the statistics as Prometheus text (`--metrics-addr`).
 
 pub mod bpf_intf;
 pub mod bpf_skel;
 pub mod cgroups;
 pub mod config;
+pub mod openmetrics;
 pub mod opts;
 pub mod pools;
 pub mod scheduler;

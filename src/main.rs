@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use log::{error, info};
-use scx_bandwidth::{cgroups, config, opts::Opts, scheduler::{LoopWaker, Scheduler}, stats};
+use scx_bandwidth::{cgroups, config, openmetrics, opts::Opts, scheduler::{LoopWaker, Scheduler}, stats};
 
 /// Exit code for bad input (configuration, command line): nothing attached.
 const EXIT_USAGE: u8 = 2;
@@ -125,6 +125,14 @@ fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
     scx_utils::try_set_rlimit_infinity();
+    // Before anything is attached, so a taken address leaves nothing behind; the thread
+    // starts before the agent turns SCHED_FIFO and so stays SCHED_OTHER.
+    if let Some(addr) = opts.metrics_addr {
+        if let Err(e) = openmetrics::serve(addr) {
+            error!("{e:#}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    }
 
     let mut open_object = MaybeUninit::uninit();
     loop {

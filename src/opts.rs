@@ -97,6 +97,11 @@ pub struct Opts {
     #[arg(long, value_name = "GROUP", value_parser = group_id, conflicts_with = "monitor")]
     pub stats_group: Option<u32>,
 
+    /// Serve the statistics as Prometheus text at http://ADDR/metrics (e.g.
+    /// 127.0.0.1:9567; off by default). Anyone who can reach ADDR can read them.
+    #[arg(long, value_name = "ADDR:PORT", conflicts_with = "monitor")]
+    pub metrics_addr: Option<std::net::SocketAddr>,
+
     /// Describe every statistic (the fields of the stats socket's JSON) and exit.
     #[arg(long)]
     pub help_stats: bool,

@@ -76,6 +76,8 @@ pub struct GroupMetrics {
     pub wait_p99_us: u64,
     #[stat(desc = "Longest throttle wait since start (µs)")]
     pub wait_max_us: u64,
+    #[stat(desc = "Sum of all throttle waits since start (µs)")]
+    pub wait_sum_us: u64,
     #[stat(desc = "Throttle-wait histogram: bucket i counts waits below bucket_upper_us(i), four buckets per power of two; empty buckets after the last one counted are left out")]
     pub wait_hist: Vec<u64>,
     #[stat(desc = "CPU time used in each of the last periods, oldest first (µs)")]
@@ -83,9 +85,9 @@ pub struct GroupMetrics {
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize, Stats)]
-#[stat(top)]
+#[stat(top, _om_prefix = "scx_bandwidth_")]
 pub struct Metrics {
-    #[stat(desc = "CLOCK_MONOTONIC time of this snapshot (µs)")]
+    #[stat(desc = "CLOCK_MONOTONIC time of this snapshot (µs)", _om_skip)]
     pub at_us: u64,
     #[stat(desc = "Tasks enqueued")]
     pub enqueue: u64,

@@ -136,6 +136,8 @@ fn bad_cli_values_exit_2() {
         (&["--stats", "0"][..], "out of range"),
         (&["--stats-group", "no-such-group-scxbw"][..], "no group named \"no-such-group-scxbw\""),
         (&["--stats-group", "4242", "--monitor", "1"][..], "cannot be used with"),
+        (&["--metrics-addr", "localhost:http"][..], "invalid value 'localhost:http' for '--metrics-addr"),
+        (&["--metrics-addr", "127.0.0.1:9567", "--monitor", "1"][..], "cannot be used with"),
         (&["--bogus"][..], "unexpected argument"),
     ] {
         let (code, err) = run(args);

@@ -82,6 +82,7 @@ static __always_inline void bw_note_unparked(struct task_ctx *tctx)
 	if (!g)
 		return;
 	__sync_fetch_and_add(&g->wait_hist[wait_bucket(wait) % BW_WAIT_BUCKETS], 1);
+	__sync_fetch_and_add(&g->wait_sum_ns, wait);
 	if (wait > READ_ONCE(g->wait_max_ns))
 		WRITE_ONCE(g->wait_max_ns, wait);
 }

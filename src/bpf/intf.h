@@ -182,6 +182,8 @@ struct bw_group {
 	/* How long parked tasks waited until they ran again (see BW_WAIT_BUCKETS). */
 	u64 wait_hist[BW_WAIT_BUCKETS];
 	u64 wait_max_ns;
+	/* Sum of those waits (the metrics' histogram sum). */
+	u64 wait_sum_ns;
 };
 
 /*

@@ -89,6 +89,7 @@ impl<'a> Scheduler<'a> {
                 wait_p50_us: stats::hist_percentile(&b.wait_hist, 0.50),
                 wait_p99_us: stats::hist_percentile(&b.wait_hist, 0.99),
                 wait_max_us: us(b.wait_max_ns),
+                wait_sum_us: us(b.wait_sum_ns),
                 wait_hist: b.wait_hist[..b.wait_hist.iter().rposition(|&n| n != 0).map_or(0, |i| i + 1)].to_vec(),
                 history_usec: g.book.history.iter().map(|&ns| us(ns)).collect(),
             });

@@ -4,3 +4,5 @@
 KVER="${KVER:-7.3.4+deb13-amd64}"
 SCXBW_CACHE="${SCXBW_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/scx_bandwidth}"
 KDIR="$SCXBW_CACHE/kernel/$KVER"
+# promtool, extracted from Debian's prometheus package by setup.sh.
+PROMTOOL="$SCXBW_CACHE/prometheus/promtool"

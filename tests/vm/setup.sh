@@ -60,6 +60,18 @@ fi
 grep -q '^CONFIG_SCHED_CLASS_EXT=y' "$kdir/config" \
     || { echo "setup: $kdir/config lacks CONFIG_SCHED_CLASS_EXT=y" >&2; exit 1; }
 
+# promtool (Prometheus' checker, for the scrape of the `metrics` VM scenario), taken out of
+# Debian's prometheus package without installing it: installed, the package would start a
+# Prometheus server on this machine. (PROMTOOL: kernel.sh.)
+if [ ! -x "$PROMTOOL" ]; then
+    tmp=$(mktemp -d); chmod 755 "$tmp"
+    ( cd "$tmp" && apt-get download -qq prometheus )
+    dpkg-deb -x "$tmp"/prometheus_*.deb "$tmp/x"
+    mkdir -p "$(dirname "$PROMTOOL")"
+    cp "$tmp/x/usr/bin/promtool" "$PROMTOOL"
+    rm -rf "$tmp"
+fi
+
 if ! rustup target list --installed 2>/dev/null | grep -q x86_64-unknown-linux-gnu; then
     rustup target add x86_64-unknown-linux-gnu
 fi
