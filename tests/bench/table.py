@@ -2,16 +2,17 @@
 """The benchmark tables of a run (the kernel's CFS column beside scx_bandwidth's), and
 BENCHMARKS.md made from them.
 
-  table.py [--check] CFS_LOG SCX_LOG
-      print the tables; --check: exit 1 if a figure is missing (a benchmark that broke)
+  table.py [--check] CFS_LOG SCX_LOG [WIDE_LOG]
+      print the tables; --check: exit 1 if a figure is missing (a benchmark that broke);
+      WIDE_LOG is the 8-vCPU run of `wide_bench` (without it that table has no figures)
   table.py --record INFO --qemu QEMU --accel ACCEL --smp N --mem SIZE
       write to INFO what BENCHMARKS.md says about the run besides its figures: the host's CPU,
       the qemu binary's version, the guest's size, the git revision and the date
       (tests/bench/run does this as a run starts)
-  table.py [--check] --write FILE --info INFO CFS_LOG SCX_LOG
+  table.py [--check] --write FILE --info INFO CFS_LOG SCX_LOG [WIDE_LOG]
       print the tables and write FILE: a generated header, the tables, what each one means
 
-Reads the SCENARIO lines of two tests/vm/run logs (the last verdict of each scenario counts,
+Reads the SCENARIO lines of the tests/vm/run logs (the last verdict of each scenario counts,
 as a scenario interrupted by an emulator crash is run again after a reboot), and the guest's
 kernel from their "scxbw-init: kernel ..." line. Every figure in FILE comes from the logs or
 INFO; the prose below is about what the tables measure, not about one run."""
@@ -61,7 +62,7 @@ def fmt(x, spec="{:.3f}"):
     return "–" if x is None else spec.format(x)
 
 
-def accuracy(cfs, scx):
+def accuracy(cfs, scx, wide):
     lines = ["| workload | kernel CFS | scx_bandwidth | error CFS | error scx | scx error ≤ CFS |",
              "| --- | --- | --- | --- | --- | --- |"]
 
@@ -86,7 +87,7 @@ def accuracy(cfs, scx):
     return lines
 
 
-def burst(cfs, scx):
+def burst(cfs, scx, wide):
     lines = ["| burst | CFS p50 | CFS p99 | CFS max | scx p50 | scx p99 | scx max | scx p99 ÷ CFS p99 |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for name, label in [("burst_latency", "100 ms"), ("burst_latency_strict", "0")]:
@@ -98,7 +99,7 @@ def burst(cfs, scx):
     return lines
 
 
-def throttling(cfs, scx):
+def throttling(cfs, scx, wide):
     lines = ["| | resumes | p50 | p99 | max |", "| --- | --- | --- | --- | --- |"]
     for label, figs in [("kernel CFS", cfs.get("throttle_cost", {})), ("scx_bandwidth", scx.get("throttle_cost", {}))]:
         lines.append(f"| {label} | {figs.get('resumes', '–')} | {figs.get('delay_p50_us', '–')} | {figs.get('delay_p99_us', '–')} "
@@ -106,15 +107,30 @@ def throttling(cfs, scx):
     return lines
 
 
-def overhead(cfs, scx):
-    o = scx.get("overhead", {})
+def compared(o, pairs, groups, workers):
+    """The rows of a bench.rs `compare` scenario's figures (`overhead`, `wide_bench`)."""
     lines = ["| workload | kernel's scheduler | scx_bandwidth | scx ÷ kernel |", "| --- | --- | --- | --- |"]
-    for key, label in [("pingpong", "pipe ping-pong, 2 pairs (round trips)"), ("forks", "fork + exit + wait, 2 threads")]:
+    counts = [("pingpong", f"pipe ping-pong, {pairs} pairs (round trips per s)"),
+              ("forks", f"fork + exit + wait, {pairs} threads (per s)"),
+              ("messaging", f"messaging, {groups} × (4 senders + 4 receivers) (messages per s)")]
+    for key, label in counts:
         lines.append(f"| {label} | {o.get(key + '.kernel_per_s', '–')} | {o.get(key + '.scx_per_s', '–')} | {o.get(key + '.ratio', '–')} |")
+    for q in ("p50", "p99"):
+        k = f"wakelat.{q}_us"
+        lines.append(f"| wake to run, {workers} workers woken every 2 ms: {q} (µs, lower is better) | {o.get(k + '.kernel', '–')} "
+                     f"| {o.get(k + '.scx', '–')} | {o.get(k + '.ratio', '–')} |")
     return lines
 
 
-def agent(cfs, scx):
+def overhead(cfs, scx, wide):
+    return compared(scx.get("overhead", {}), 2, 1, 4)
+
+
+def overhead_wide(cfs, scx, wide):
+    return compared(wide.get("wide_bench", {}), 8, 4, 16)
+
+
+def agent(cfs, scx, wide):
     s, a = scx.get("scale", {}), scx.get("agent_cost", {})
     lines = ["| limited groups | busy groups | --stats 1 | agent CPU ms per s | agent threads run per s "
              "| a thread only waking 100/s: CPU ms per s | agent ÷ that thread |",
@@ -159,6 +175,13 @@ TCG."""),
 scx_bandwidth detached, under the kernel's own scheduler. The goal for pipe ping-pong is 0.95
 of the kernel's; the spread between runs of one revision is large under TCG, so one run does
 not settle it."""),
+    ("Overhead at 8 vCPUs in 2 sockets and 2 NUMA nodes (same boot, alternating; median of 3 runs of 3 s)", overhead_wide,
+     """The same comparison in a guest of 8 vCPUs (2 sockets of 4 cores, 2 NUMA nodes, so
+scx_bandwidth runs two LLC queues) with four times the tasks: the `wide_bench` scenario of
+`tests/vm/run --wide`. The 8 vCPUs share the host's CPUs, fewer than 8, so the guest is
+oversubscribed and every figure is far from what the same guest would do on 8 real CPUs;
+the ratios come from one boot. The goals are 0.95 of the kernel's throughput and a wakeup
+p99 at most 1.2 times the kernel's."""),
     ("Agent cost (scx_bandwidth only; CPU ms per s of the agent process)", agent,
      """The agent's CPU time without `--stats`, each group limited to 10 ms per 100 ms: 10 groups
 busy and throttled every period (100 refills a second), the others idle with their timers
@@ -183,18 +206,19 @@ are not part of this file. The release of parked tasks is a BPF program (`bw_unt
 needs a sched_ext kernel."""
 
 
-def tables(cfs_log, scx_log):
+def tables(cfs_log, scx_log, wide_log=None):
     cfs, scx = results(cfs_log), results(scx_log)
-    return [(heading, make(cfs, scx), text) for heading, make, text in SECTIONS]
+    wide = results(wide_log) if wide_log else {}
+    return [(heading, make(cfs, scx, wide), text) for heading, make, text in SECTIONS]
 
 
 def tables_text(sections):
     return "\n\n".join(f"### {h}\n\n" + "\n".join(lines) for h, lines, _ in sections) + "\n"
 
 
-# Cells with no figure by design: the --stats row of the agent table measures neither runs
-# nor the yardstick.
-EXPECTED_EMPTY = {"| – | – | – |"}
+# Cells with no figure by design: the --stats row of the agent table (the one with "| yes |")
+# measures neither runs nor the yardstick.
+EXPECTED_EMPTY = {"| yes |": "| – | – | – |"}
 
 
 def check(table):
@@ -204,8 +228,9 @@ def check(table):
         if not line.startswith("| ") or line.startswith("| ---") or "–" not in line:
             continue
         rest = line
-        for ok in EXPECTED_EMPTY:
-            rest = rest.replace(ok, "|")
+        for marker, ok in EXPECTED_EMPTY.items():
+            if marker in rest:
+                rest = rest.replace(ok, "|")
         if "–" in rest:
             bad.append(line)
     return bad
@@ -264,7 +289,7 @@ def wrap(text):
     return "\n".join(textwrap.wrap(text, 95, break_long_words=False, break_on_hyphens=False)).replace(NBSP, " ")
 
 
-def document(sections, info, cfs_log, scx_log):
+def document(sections, info, cfs_log, scx_log, wide_log=None):
     kernels = {guest(cfs_log)[0], guest(scx_log)[0]} - {None}
     vcpus = guest(scx_log)[1] or guest(cfs_log)[1] or info["guest_smp"]
     minutes = (max(os.path.getmtime(cfs_log), os.path.getmtime(scx_log)) - info["start"]) / 60
@@ -277,6 +302,8 @@ def document(sections, info, cfs_log, scx_log):
     machine = (f"Machine: host {keep(info['host_cpu'])}, {info['host_cpus']} CPUs; {info['qemu']}, "
                f"`-accel {info['accel']}`; guest {vcpus} vCPUs and {info['guest_mem']} of memory, kernel "
                f"{', '.join(sorted(kernels)) or 'unknown'}.")
+    if wide_log and guest(wide_log)[1]:
+        machine += f" The 8-vCPU table: the same host and kernel, guest {guest(wide_log)[1]} vCPUs in 2 sockets and 2 NUMA nodes."
     out = [
         "# Benchmarks: scx_bandwidth beside the kernel's CFS bandwidth control",
         "",
@@ -304,7 +331,7 @@ def main(argv):
     p.add_argument("--mem")
     p.add_argument("--write", metavar="FILE", help="write the document to FILE")
     p.add_argument("--info", metavar="INFO", help="with --write: the facts --record wrote")
-    p.add_argument("logs", nargs="*", metavar="LOG", help="CFS_LOG SCX_LOG")
+    p.add_argument("logs", nargs="*", metavar="LOG", help="CFS_LOG SCX_LOG [WIDE_LOG]")
     a = p.parse_args(argv)
     if a.record:
         if a.logs or a.write or not (a.accel and a.smp and a.mem):
@@ -312,8 +339,8 @@ def main(argv):
         repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         record(a.record, a.qemu, a.accel, int(a.smp), a.mem, repo)
         return 0
-    if len(a.logs) != 2:
-        p.error("two logs: CFS_LOG SCX_LOG")
+    if len(a.logs) not in (2, 3):
+        p.error("two or three logs: CFS_LOG SCX_LOG [WIDE_LOG]")
     if a.write and not a.info:
         p.error("--write needs --info")
     sections = tables(*a.logs)

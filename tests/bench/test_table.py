@@ -36,10 +36,14 @@ SCENARIO burst_latency FAIL p50_ms=90.0 p99_ms=99.0 max_ms=99.9 reason=interrupt
 SCENARIO burst_latency PASS p50_ms=60.5 p99_ms=62.9 max_ms=64.5
 SCENARIO burst_latency_strict PASS p50_ms=60.0 p99_ms=70.5 max_ms=107.8
 SCENARIO throttle_cost PASS resumes=108 delay_p50_us=364 delay_p99_us=2896 delay_max_us=3625
-SCENARIO overhead PASS pingpong.scx_per_s=39302 pingpong.kernel_per_s=51155 pingpong.ratio=0.768 forks.scx_per_s=644 forks.kernel_per_s=609 forks.ratio=1.057
+SCENARIO overhead PASS pingpong.scx_per_s=39302 pingpong.kernel_per_s=51155 pingpong.ratio=0.768 forks.scx_per_s=644 forks.kernel_per_s=609 forks.ratio=1.057 messaging.scx_per_s=90000 messaging.kernel_per_s=95000 messaging.ratio=0.947 wakelat.p50_us.scx=500 wakelat.p50_us.kernel=700 wakelat.p50_us.ratio=0.714 wakelat.p99_us.scx=9000 wakelat.p99_us.kernel=6000 wakelat.p99_us.ratio=1.500
 SCENARIO agent_cost PASS n10.agent_ms_per_s=36.2 n10.agent_runs_per_s=101 n10.ticker_ms_per_s=20.8 n100.agent_ms_per_s=36.1 n100.agent_runs_per_s=81 n100.ticker_ms_per_s=20.0 n1000.agent_ms_per_s=41.6 n1000.agent_runs_per_s=91 n1000.ticker_ms_per_s=24.7
 SCENARIO scale PASS agent_ms_per_s=100.0 active_groups=1026
 scenarios: 9 passed, 1 failed
+"""
+
+WIDE_LOG = INIT.replace("2 CPUs", "8 CPUs") + """SCENARIO wide_bench PASS pingpong.scx_per_s=25320 pingpong.kernel_per_s=39717 pingpong.ratio=0.638 forks.scx_per_s=150 forks.kernel_per_s=157 forks.ratio=0.958 messaging.scx_per_s=89176 messaging.kernel_per_s=92984 messaging.ratio=0.959 wakelat.p50_us.scx=497 wakelat.p50_us.kernel=782 wakelat.p50_us.ratio=0.636 wakelat.p99_us.scx=10026 wakelat.p99_us.kernel=5663 wakelat.p99_us.ratio=1.770
+scenarios: 1 passed, 0 failed
 """
 
 INFO = {
@@ -57,11 +61,12 @@ INFO = {
 class Run:
     """A fabricated run in a temporary directory: the two logs and the facts of the run."""
 
-    def __init__(self, cfs=CFS_LOG, scx=SCX_LOG):
+    def __init__(self, cfs=CFS_LOG, scx=SCX_LOG, wide=WIDE_LOG):
         self.dir = tempfile.TemporaryDirectory()
         d = self.dir.name
-        self.cfs, self.scx, self.info, self.out = (os.path.join(d, n) for n in ("cfs.log", "scx.log", "run.json", "B.md"))
-        for path, text in ((self.cfs, cfs), (self.scx, scx)):
+        self.cfs, self.scx, self.wide, self.info, self.out = (
+            os.path.join(d, n) for n in ("cfs.log", "scx.log", "wide.log", "run.json", "B.md"))
+        for path, text in ((self.cfs, cfs), (self.scx, scx), (self.wide, wide)):
             with open(path, "w", encoding="utf-8", newline="") as f:
                 f.write(text)
         # The run began 8 minutes before its last log was written.
@@ -77,7 +82,7 @@ class Run:
         return rc, out.getvalue(), err.getvalue()
 
     def write(self, *extra):
-        rc, out, err = self.main(*extra, "--write", self.out, "--info", self.info, self.cfs, self.scx)
+        rc, out, err = self.main(*extra, "--write", self.out, "--info", self.info, self.cfs, self.scx, self.wide)
         with open(self.out, encoding="utf-8") as f:
             return rc, out, f.read()
 
@@ -97,7 +102,9 @@ class Writer(unittest.TestCase):
                      "it took 8 minutes", "`tests/vm/setup.sh` once, then `tests/bench/run --write`",
                      "`tests/bench/run --table --write`", "host AMD EPYC, 2 CPUs",
                      "QEMU emulator version 7.2.22 (Debian 1:7.2+dfsg-7+deb12u18+b3), `-accel tcg,thread=multi`",
-                     "guest 2 vCPUs and 1G of memory", "kernel 7.3.4+deb13-amd64.", " ".join(table.INTRO.split())):
+                     "guest 2 vCPUs and 1G of memory", "kernel 7.3.4+deb13-amd64.",
+                     "The 8-vCPU table: the same host and kernel, guest 8 vCPUs in 2 sockets and 2 NUMA nodes.",
+                     " ".join(table.INTRO.split())):
             self.assertIn(fact, head)
 
     def test_tables_hold_the_logs_figures(self):
@@ -110,7 +117,11 @@ class Writer(unittest.TestCase):
             # The last verdict of a scenario counts (the first was cut short).
             "| 100 ms | 60.1 | 60.8 | 61.0 | 60.5 | 62.9 | 64.5 | 1.035 |",
             "| scx_bandwidth | 108 | 364 | 2896 | 3625 |",
-            "| pipe ping-pong, 2 pairs (round trips) | 51155 | 39302 | 0.768 |",
+            "| pipe ping-pong, 2 pairs (round trips per s) | 51155 | 39302 | 0.768 |",
+            "| messaging, 1 × (4 senders + 4 receivers) (messages per s) | 95000 | 90000 | 0.947 |",
+            "| wake to run, 4 workers woken every 2 ms: p99 (µs, lower is better) | 6000 | 9000 | 1.500 |",
+            "| pipe ping-pong, 8 pairs (round trips per s) | 39717 | 25320 | 0.638 |",
+            "| wake to run, 16 workers woken every 2 ms: p50 (µs, lower is better) | 782 | 497 | 0.636 |",
             "| 1000 | 10 | no | 41.6 | 91 | 24.7 | 1.68 |",
             "| 1026 | 11 | yes | 100.0 | – | – | – |",
         ):
@@ -134,7 +145,11 @@ class Writer(unittest.TestCase):
         self.assertEqual(rc, 1)
         self.assertIn("| 100 | 10 | no | – | 81 | 20.0 | – |", doc)
         complete = self.run_of()
-        self.assertEqual(complete.main("--check", complete.cfs, complete.scx)[0], 0)
+        self.assertEqual(complete.main("--check", complete.cfs, complete.scx, complete.wide)[0], 0)
+        # Without the 8-vCPU log its table has no figures, and --check says so.
+        rc, _, err = complete.main("--check", complete.cfs, complete.scx)
+        self.assertEqual(rc, 1)
+        self.assertIn("| pipe ping-pong, 8 pairs (round trips per s) | – | – | – |", err)
 
     def test_write_without_the_facts_of_the_run_fails(self):
         run = self.run_of()

@@ -10,6 +10,7 @@ mod runner;
 mod scenarios;
 mod sched;
 mod stats;
+mod wakeups;
 mod workload;
 
 use std::path::PathBuf;
@@ -20,6 +21,8 @@ usage: scxbw-guest hog --threads N --seconds S [--cgroup REL] [--pin CPU]
        scxbw-guest duty --threads N --burn-ms X --sleep-ms Y --seconds S [--cgroup REL] [--pin CPU]
        scxbw-guest forks --threads N --seconds S [--cgroup REL] [--pin CPU]
        scxbw-guest pingpong --threads PAIRS --seconds S [--cgroup REL] [--pin CPU]
+       scxbw-guest messaging --threads GROUPS --seconds S [--cgroup REL] [--pin CPU]
+       scxbw-guest wakelat --threads N --seconds S [--cgroup REL] [--pin CPU]
        scxbw-guest gaps --threads 1 --seconds S [--cgroup REL] [--pin CPU]
        scxbw-guest ticker --threads 1 --hz N --seconds S [--cgroup REL] [--pin CPU]
        scxbw-guest stats-fetch    (one request to the stats socket; prints the group count)
@@ -35,7 +38,8 @@ usage: scxbw-guest hog --threads N --seconds S [--cgroup REL] [--pin CPU]
   --cfs          no scheduler: apply the limits through cpu.max (kernel CFS bandwidth
                  control), for comparison; scenarios that need the scheduler are skipped
   --bench        the benchmark set (tests/bench/run) instead of the acceptance scenarios
-  --wide         the set for a machine of several LLCs and NUMA nodes (tests/vm/README.md)";
+  --wide         the set for a machine of several LLCs and NUMA nodes (tests/vm/README.md);
+                 with --bench, that machine's benchmark (wide_bench)";
 
 /// Why a command failed: bad arguments (exit 2, with usage) or a runtime error (exit 1).
 enum Fail {
@@ -45,7 +49,9 @@ enum Fail {
 
 fn scenarios(argv: &[String]) -> Result<bool, Fail> {
     let p = args::parse(argv, &["sched", "only"], &["list", "cfs", "bench", "wide"]).map_err(Fail::Usage)?;
-    let all = if p.switch("bench") {
+    let all = if p.switch("bench") && p.switch("wide") {
+        scenarios::wide_bench()
+    } else if p.switch("bench") {
         scenarios::bench()
     } else if p.switch("wide") {
         scenarios::wide()
@@ -110,6 +116,8 @@ fn main() -> ExitCode {
         "duty" => workload_cmd(rest, workload::duty_args, workload::duty),
         "forks" => workload_cmd(rest, workload::forks_args, workload::forks),
         "pingpong" => workload_cmd(rest, workload::pingpong_args, workload::pingpong),
+        "messaging" => workload_cmd(rest, workload::hog_args, wakeups::messaging),
+        "wakelat" => workload_cmd(rest, workload::hog_args, wakeups::wakelat),
         "gaps" => workload_cmd(rest, workload::gaps_args, workload::gaps),
         "ticker" => workload_cmd(rest, workload::ticker_args, |(c, hz)| workload::ticker(c, hz)),
         "stats-fetch" => stats::fetch()

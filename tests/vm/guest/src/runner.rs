@@ -92,6 +92,14 @@ impl<'a> Ctx<'a> {
                 "pingpong",
                 vec!["pingpong".to_string(), "--threads".into(), pairs.to_string()],
             ),
+            Work::Messaging { groups } => (
+                "messaging",
+                vec!["messaging".to_string(), "--threads".into(), groups.to_string()],
+            ),
+            Work::WakeLat { workers } => (
+                "wakelat",
+                vec!["wakelat".to_string(), "--threads".into(), workers.to_string()],
+            ),
             Work::Gaps => ("gaps", vec!["gaps".to_string(), "--threads".into(), "1".into()]),
             Work::Ticker { hz } => (
                 "ticker",

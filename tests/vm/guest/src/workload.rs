@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 /// Options shared by both workloads.
 pub struct Common {
-    threads: u64,
-    seconds: u64,
+    pub threads: u64,
+    pub seconds: u64,
     cgroup: Option<String>,
     pin: Option<u64>,
 }
@@ -33,7 +33,7 @@ fn common(p: &args::Parsed) -> Result<Common, String> {
 
 /// Joins the cgroup and sets affinity before any worker exists, so every thread starts
 /// (and is accounted) in the right place; threads inherit both from the main thread.
-fn place(c: &Common) -> Result<(), String> {
+pub fn place(c: &Common) -> Result<(), String> {
     if let Some(rel) = &c.cgroup {
         cgroup::move_self(rel)?;
     }
@@ -333,7 +333,7 @@ pub fn fifo_self() -> Result<(), String> {
 }
 
 /// Burns `burn_ns` of this thread's CPU time; returns the wall time it took in ns.
-fn burn(burn_ns: u64) -> u64 {
+pub fn burn(burn_ns: u64) -> u64 {
     let wall0 = mono_ns();
     let cpu0 = thread_cpu_ns();
     while thread_cpu_ns().saturating_sub(cpu0) < burn_ns {

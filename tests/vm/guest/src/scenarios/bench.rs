@@ -61,14 +61,44 @@ fn resume_delays(ends: &[u64], period: u64) -> Vec<u64> {
     d
 }
 
-/// Scheduling overhead without limits: 2 pipe ping-pong pairs, then 2 threads forking
-/// children that exit at once, 3 s each, in an unlimited cgroup; 3 rounds, each measured
-/// under scx_bandwidth and then under the kernel's own scheduler (scx_bandwidth detached).
-/// Printed: the median throughput of each and scx ÷ kernel.
+/// Scheduling overhead without limits, at the guest's size (`wide_bench` is the same at 8
+/// vCPUs with more tasks): 2 pipe ping-pong pairs, 2 threads forking children that exit at
+/// once, messaging of 1 group of 4 senders and 4 receivers (hackbench-like), and the
+/// wake-to-run latency of 4 workers woken every 2 ms (schbench-like), 3 s each, in an
+/// unlimited cgroup; 3 rounds, each measured under scx_bandwidth and then under the kernel's
+/// own scheduler (scx_bandwidth detached). Printed: the median of each and scx ÷ kernel.
 pub(super) fn overhead(ctx: &mut Ctx) -> Result<(), String> {
+    compare(ctx, &workloads(2, 1, 4))
+}
+
+/// The workloads `overhead` and `wide_bench` compare: ping-pong pairs, forking threads,
+/// messaging groups, wakeup-latency workers.
+pub(super) fn workloads(pairs: u32, groups: u32, workers: u32) -> [Compared; 4] {
+    [
+        Compared { label: "pingpong", work: Work::PingPong { pairs }, prefix: "PINGPONG ", fields: &[("n", true)] },
+        Compared { label: "forks", work: Work::Forks { threads: pairs }, prefix: "FORKS ", fields: &[("n", true)] },
+        Compared { label: "messaging", work: Work::Messaging { groups }, prefix: "MESSAGING ", fields: &[("n", true)] },
+        Compared { label: "wakelat", work: Work::WakeLat { workers }, prefix: "WAKELAT ", fields: &[("p50_us", false), ("p99_us", false)] },
+    ]
+}
+
+/// A workload `compare` runs under both schedulers, and what it reads from the line the
+/// workload prints (`PREFIX key=value …`): (key, true) is a count, printed per second.
+pub(super) struct Compared {
+    pub label: &'static str,
+    pub work: Work,
+    pub prefix: &'static str,
+    pub fields: &'static [(&'static str, bool)],
+}
+
+/// Each workload for 3 s in the unlimited cgroup t/o; 3 rounds, each under scx_bandwidth
+/// and then under the kernel's own scheduler (scx_bandwidth detached). Printed per field:
+/// the median of each and scx ÷ kernel (`LABEL.scx_per_s`, `LABEL.kernel_per_s`,
+/// `LABEL.ratio` for counts; `LABEL.KEY.scx`, `.kernel`, `.ratio` for the others).
+pub(super) fn compare(ctx: &mut Ctx, works: &[Compared]) -> Result<(), String> {
     const SECS: u64 = 3;
-    let works = [("pingpong", Work::PingPong { pairs: 2 }, "PINGPONG n="), ("forks", Work::Forks { threads: 2 }, "FORKS n=")];
-    let mut rates = vec![[Vec::new(), Vec::new()]; works.len()];
+    // [work][field][scx, kernel] -> one figure per round
+    let mut got: Vec<Vec<[Vec<f64>; 2]>> = works.iter().map(|w| vec![[Vec::new(), Vec::new()]; w.fields.len()]).collect();
     for round in 0..3 {
         for scx in [true, false] {
             if scx && round > 0 {
@@ -76,27 +106,42 @@ pub(super) fn overhead(ctx: &mut Ctx) -> Result<(), String> {
             } else if !scx {
                 ctx.stop_sched()?;
             }
-            for (i, (label, work, key)) in works.iter().enumerate() {
-                let w = ctx.spawn(&Workload { cgroup: "t/o", work: work.clone(), pin: None }, SECS)?;
+            for (i, c) in works.iter().enumerate() {
+                let w = ctx.spawn(&Workload { cgroup: "t/o", work: c.work.clone(), pin: None }, SECS)?;
                 ctx.check_on_scx(w);
                 let st = ctx.wait_workload(w, Duration::from_secs(SECS + 30))?;
-                let n: Option<f64> = ctx.output(w).lines().find_map(|l| l.strip_prefix(key)?.trim().parse().ok());
-                match n {
-                    Some(n) if st.success() => rates[i][usize::from(!scx)].push(n / SECS as f64),
-                    _ => return Err(format!("{label}: {} ({})", crate::sched::describe(st), ctx.output(w).trim())),
+                let out = ctx.output(w);
+                let line = out.lines().find_map(|l| l.strip_prefix(c.prefix)).filter(|_| st.success());
+                let Some(line) = line else {
+                    return Err(format!("{}: {} ({})", c.label, crate::sched::describe(st), out.trim()));
+                };
+                for (f, (key, count)) in c.fields.iter().enumerate() {
+                    let v: f64 = line
+                        .split_whitespace()
+                        .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('=')?.parse().ok())
+                        .ok_or_else(|| format!("{}: no {key}= in '{line}'", c.label))?;
+                    got[i][f][usize::from(!scx)].push(if *count { v / SECS as f64 } else { v });
                 }
             }
         }
     }
-    for (i, (label, ..)) in works.iter().enumerate() {
-        let med = |v: &mut Vec<f64>| {
-            v.sort_by(f64::total_cmp);
-            v[v.len() / 2]
-        };
-        let (s, k) = (med(&mut rates[i][0]), med(&mut rates[i][1]));
-        ctx.figure(format!("{label}.scx_per_s"), format!("{s:.0}"));
-        ctx.figure(format!("{label}.kernel_per_s"), format!("{k:.0}"));
-        ctx.figure(format!("{label}.ratio"), format!("{:.3}", s / k.max(1e-9)));
+    let med = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    for (i, c) in works.iter().enumerate() {
+        for (f, (key, count)) in c.fields.iter().enumerate() {
+            let [s, k] = &mut got[i][f];
+            let (s, k) = (med(s), med(k));
+            let (sn, kn, rn) = if *count {
+                (format!("{}.scx_per_s", c.label), format!("{}.kernel_per_s", c.label), format!("{}.ratio", c.label))
+            } else {
+                (format!("{}.{key}.scx", c.label), format!("{}.{key}.kernel", c.label), format!("{}.{key}.ratio", c.label))
+            };
+            ctx.figure(sn, format!("{s:.0}"));
+            ctx.figure(kn, format!("{k:.0}"));
+            ctx.figure(rn, format!("{:.3}", s / k.max(1e-9)));
+        }
     }
     Ok(())
 }

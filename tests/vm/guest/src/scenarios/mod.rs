@@ -50,6 +50,10 @@ pub enum Work {
     Forks { threads: u32 },
     /// `pingpong --threads N`: N thread pairs passing a byte through pipes (prints PINGPONG n=).
     PingPong { pairs: u32 },
+    /// `messaging --threads G`: G groups of 4 senders and 4 receivers (prints MESSAGING n=).
+    Messaging { groups: u32 },
+    /// `wakelat --threads N`: N workers woken every 2 ms (prints WAKELAT n= p50_us= p99_us=).
+    WakeLat { workers: u32 },
     /// `gaps`: one busy thread printing each stretch > 2 ms it did not run (GAP lines).
     Gaps,
     /// `ticker --hz N`: a SCHED_FIFO thread that only wakes N times a second (TICKER line).
@@ -275,6 +279,12 @@ pub fn wide() -> Vec<Scenario> {
     v
 }
 
+/// The benchmark of the wide machine (`scenarios --wide --bench`, tests/bench/run): the
+/// scheduling core against the kernel's at 8 vCPUs.
+pub fn wide_bench() -> Vec<Scenario> {
+    wide::bench_scenarios()
+}
+
 /// The benchmark set (`scenarios --bench`, driven by tests/bench/run): the same
 /// workloads under the kernel's CFS (--cfs) and under scx_bandwidth, for a side-by-side
 /// table. Tolerances are wide: these report figures, they do not gate.
@@ -303,7 +313,7 @@ pub fn bench() -> Vec<Scenario> {
     ));
     v.push(Scenario {
         name: "overhead",
-        about: "no limits: pipe ping-pong and fork throughput under scx_bandwidth and under the kernel's scheduler, alternately in one boot",
+        about: "no limits: pipe ping-pong, fork, messaging throughput and wakeup latency under scx_bandwidth and under the kernel's scheduler, alternately in one boot",
         needs_sched: true,
         limits: vec![],
         cgroups: vec!["t/o"],

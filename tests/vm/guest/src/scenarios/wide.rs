@@ -386,6 +386,20 @@ fn wide_hotplug(ctx: &mut Ctx) -> Result<(), String> {
     Ok(())
 }
 
+/// Scheduling cost at 8 vCPUs without limits, scx_bandwidth against the kernel's
+/// scheduler alternately in one boot (bench.rs `compare`: 3 rounds of 3 s each, medians):
+/// pipe ping-pong of 8 pairs, 8 threads forking, messaging of 4 groups of 4 senders and 4
+/// receivers (hackbench-like), and the wake-to-run latency of 16 workers woken every 2 ms
+/// (schbench-like). A benchmark: the figures are reported (goals: throughput >= 0.95 of the
+/// kernel's, wakeup p99 <= 1.2x); it fails only when a workload fails or hangs.
+fn wide_bench(ctx: &mut Ctx) -> Result<(), String> {
+    require_wide()?;
+    if !ctx.has_sched() {
+        return Err("needs the scheduler (it compares with the kernel's itself)".into());
+    }
+    super::bench::compare(ctx, &super::bench::workloads(8, 4, 16))
+}
+
 pub fn scenarios() -> Vec<Scenario> {
     vec![
         wide_limits(),
@@ -404,6 +418,21 @@ pub fn scenarios() -> Vec<Scenario> {
             limits: vec![],
             cgroups: vec!["t/a", "t/b", "t/c"],
             body: Body::Custom(wide_hotplug),
+        },
+    ]
+}
+
+/// The wide machine's benchmark (`scenarios --wide --bench`): not in the acceptance set, its
+/// figures go to tests/bench/run's table.
+pub fn bench_scenarios() -> Vec<Scenario> {
+    vec![
+        Scenario {
+            name: "wide_bench",
+            about: "8 CPUs, no limits, against the kernel's scheduler in one boot: pipe ping-pong 8 pairs, fork 8 threads, messaging 4x(4+4), wakeup latency of 16 workers; reports figures",
+            needs_sched: true,
+            limits: vec![],
+            cgroups: vec!["t/o"],
+            body: Body::Custom(wide_bench),
         },
     ]
 }
