@@ -134,6 +134,12 @@ class Writer(unittest.TestCase):
             self.assertIn(f"### {heading}\n\n{block}\n\n{text}\n", doc)
         self.assertIn(table.MICRO, doc)
 
+    def test_duration_counts_the_last_log(self):
+        run = self.run_of()
+        t = os.path.getmtime(run.scx)
+        os.utime(run.wide, (t + 120, t + 120))
+        self.assertIn("it took 10 minutes", " ".join(run.write()[2].split()))
+
     def test_regenerated_from_the_same_logs_is_the_same(self):
         run = self.run_of()
         first = run.write()[2]
