@@ -79,27 +79,14 @@ impl<'a> Ctx<'a> {
     /// handle for `wait_workload`.
     pub fn spawn(&mut self, w: &Workload, seconds: u64) -> Result<usize, String> {
         let idx = self.works.len();
+        // A workload whose one parameter is its --threads count.
+        let threads = |label: &'static str, n: u32| (label, vec![label.to_string(), "--threads".into(), n.to_string()]);
         let (label, mut args) = match &w.work {
-            Work::Hog { threads } => (
-                "hog",
-                vec!["hog".to_string(), "--threads".into(), threads.to_string()],
-            ),
-            Work::Forks { threads } => (
-                "forks",
-                vec!["forks".to_string(), "--threads".into(), threads.to_string()],
-            ),
-            Work::PingPong { pairs } => (
-                "pingpong",
-                vec!["pingpong".to_string(), "--threads".into(), pairs.to_string()],
-            ),
-            Work::Messaging { groups } => (
-                "messaging",
-                vec!["messaging".to_string(), "--threads".into(), groups.to_string()],
-            ),
-            Work::WakeLat { workers } => (
-                "wakelat",
-                vec!["wakelat".to_string(), "--threads".into(), workers.to_string()],
-            ),
+            Work::Hog { threads: n } => threads("hog", *n),
+            Work::Forks { threads: n } => threads("forks", *n),
+            Work::PingPong { pairs } => threads("pingpong", *pairs),
+            Work::Messaging { groups } => threads("messaging", *groups),
+            Work::WakeLat { workers } => threads("wakelat", *workers),
             Work::Gaps => ("gaps", vec!["gaps".to_string(), "--threads".into(), "1".into()]),
             Work::Ticker { hz } => (
                 "ticker",

@@ -112,14 +112,9 @@ pub fn wakelat(c: Common) -> Result<(), String> {
     for _ in 0..workers_n / WORKERS_PER_WAKER {
         let mut ends: Vec<(i32, Arc<AtomicBool>)> = Vec::new();
         for _ in 0..WORKERS_PER_WAKER {
-            let mut fds = [0i32; 2];
-            // SAFETY: valid out array of two fds.
-            if unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {
-                return Err(format!("pipe: {}", std::io::Error::last_os_error()));
-            }
-            let r = fds[0];
+            let (r, w) = workload::pipe()?;
             let waiting = Arc::new(AtomicBool::new(false));
-            ends.push((fds[1], waiting.clone()));
+            ends.push((w, waiting.clone()));
             workers.push(thread::spawn(move || -> Vec<u64> {
                 let mut lat = Vec::new();
                 let mut b = [0u8; 8];

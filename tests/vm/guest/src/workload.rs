@@ -192,14 +192,6 @@ pub fn pingpong_args(argv: &[String]) -> Result<Common, String> {
 pub fn pingpong(c: Common) -> Result<(), String> {
     place(&c)?;
     let deadline = Instant::now() + Duration::from_secs(c.seconds);
-    let pipe = || -> Result<(i32, i32), String> {
-        let mut fds = [0i32; 2];
-        // SAFETY: valid out array of two fds.
-        if unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {
-            return Err(format!("pipe: {}", std::io::Error::last_os_error()));
-        }
-        Ok((fds[0], fds[1]))
-    };
     let one = |fd: i32, write: bool| -> bool {
         let mut b = [0u8; 1];
         // SAFETY: one byte from/to a valid buffer on a pipe end we own.
@@ -330,6 +322,16 @@ pub fn fifo_self() -> Result<(), String> {
         return Err(format!("SCHED_FIFO: {}", std::io::Error::last_os_error()));
     }
     Ok(())
+}
+
+/// A new pipe: (read end, write end).
+pub fn pipe() -> Result<(i32, i32), String> {
+    let mut fds = [0i32; 2];
+    // SAFETY: valid out array of two fds.
+    if unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {
+        return Err(format!("pipe: {}", std::io::Error::last_os_error()));
+    }
+    Ok((fds[0], fds[1]))
 }
 
 /// Burns `burn_ns` of this thread's CPU time; returns the wall time it took in ns.
