@@ -130,15 +130,19 @@ pub fn render(m: &Metrics) -> String {
             o.sample(name, l, f(g));
         }
     }
-    o.head("cgroup_bursts_total", "counter", "Periods that went above quota: kind=pool counts pool consumption (cpu.stat nr_bursts), kind=used CPU time used");
-    for (g, l) in &groups {
-        o.sample("cgroup_bursts_total", &format!("{l},kind=\"pool\""), g.nr_bursts as f64);
-        o.sample("cgroup_bursts_total", &format!("{l},kind=\"used\""), g.used_nr_bursts as f64);
-    }
-    o.head("cgroup_burst_seconds_total", "counter", "Time above quota in those periods, by the same two kinds (cpu.stat burst_usec for kind=pool)");
-    for (g, l) in &groups {
-        o.sample("cgroup_burst_seconds_total", &format!("{l},kind=\"pool\""), g.burst_usec as f64 / US);
-        o.sample("cgroup_burst_seconds_total", &format!("{l},kind=\"used\""), g.used_burst_usec as f64 / US);
+    // (name, help, kind="pool", kind="used")
+    let by_kind: [(&str, &str, Field, Field); 2] = [
+        ("cgroup_bursts_total", "Periods that went above quota: kind=pool counts pool consumption (cpu.stat nr_bursts), kind=used CPU time used",
+         |g| g.nr_bursts as f64, |g| g.used_nr_bursts as f64),
+        ("cgroup_burst_seconds_total", "Time above quota in those periods, by the same two kinds (cpu.stat burst_usec for kind=pool)",
+         |g| g.burst_usec as f64 / US, |g| g.used_burst_usec as f64 / US),
+    ];
+    for (name, help, pool, used) in by_kind {
+        o.head(name, "counter", help);
+        for (g, l) in &groups {
+            o.sample(name, &format!("{l},kind=\"pool\""), pool(g));
+            o.sample(name, &format!("{l},kind=\"used\""), used(g));
+        }
     }
     let wait = "cgroup_throttle_wait_seconds";
     o.head(wait, "histogram", "Throttle wait of the cgroup's tasks: parked to running again");
