@@ -1,4 +1,5 @@
-//! Configuration files: one `[[group]]` table per limited cgroup.
+//! Configuration files: one `[[group]]` table per limited cgroup, and
+//! `[[rule]]` tables for cgroups found by pattern (rules.rs).
 //!
 //! ```toml
 //! [[group]]
@@ -21,6 +22,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use crate::bpf_intf;
+use crate::rules::{self, RawRule, Rule};
 
 /// Kernel limits (µs).
 pub const MIN_PERIOD_US: u64 = 1_000;
@@ -70,6 +72,7 @@ impl GroupConfig {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Config {
     pub groups: Vec<GroupConfig>,
+    pub rules: Vec<Rule>,
 }
 
 /// A configuration error, already phrased for the user.
@@ -89,6 +92,8 @@ impl std::error::Error for ConfigError {}
 struct RawFile {
     #[serde(default)]
     group: Vec<RawGroup>,
+    #[serde(default)]
+    rule: Vec<RawRule>,
 }
 
 /// Integers are read signed so that a negative value gets our message, not
@@ -182,10 +187,26 @@ pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
             None => ConfigError(format!("{origin}: {msg}")),
         }
     })?;
-    if raw.group.is_empty() {
+    if raw.group.is_empty() && raw.rule.is_empty() {
         return Err(ConfigError(format!(
-            "{origin}: defines no [[group]]; run without --config for no configured limits"
+            "{origin}: defines no [[group]] and no [[rule]]; run without --config for no configured limits"
         )));
+    }
+    if raw.rule.len() > rules::MAX_RULES {
+        return Err(ConfigError(format!("{origin}: {} rules, more than {}", raw.rule.len(), rules::MAX_RULES)));
+    }
+    let mut rules = Vec::with_capacity(raw.rule.len());
+    for (i, r) in raw.rule.into_iter().enumerate() {
+        let r = rules::parse_rule(i + 1, r, origin)?;
+        if let Some(first) = rules.iter().position(|o: &Rule| o.name == r.name) {
+            return Err(ConfigError(format!(
+                "{origin}: rule {} (\"{}\"): name: duplicate of rule {}",
+                i + 1,
+                r.name,
+                first + 1
+            )));
+        }
+        rules.push(r);
     }
     if raw.group.len() > MAX_GROUPS {
         return Err(ConfigError(format!(
@@ -247,7 +268,7 @@ pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
             )));
         }
     }
-    Ok(Config { groups })
+    Ok(Config { groups, rules })
 }
 
 fn range(v: i64, min: u64, max: u64) -> Result<u64, String> {
@@ -328,7 +349,7 @@ mod tests {
 
     #[test]
     fn rejects_empty_and_comment_only() {
-        assert!(err("").contains("defines no [[group]]"));
+        assert!(err("").contains("defines no [[group]] and no [[rule]]"));
         assert!(err("# nothing\n").contains("defines no [[group]]"));
     }
 
@@ -447,6 +468,52 @@ mod tests {
             text += &group(&format!("cgroup = \"{path}\"\nquota_us = 5000"));
         }
         assert_eq!(parse(&text, "t.toml").map(|c| c.groups.len()), Ok(2 * MAX_CHAIN));
+    }
+
+    fn rule(body: &str) -> String {
+        format!("[[rule]]\n{body}\n")
+    }
+
+    #[test]
+    fn parses_rules() {
+        let c = parse(
+            &(rule("name = \"pods\"\nmatch = \"kubepods.slice/**/cri-containerd-*.scope\"\nburst_pct = 50\nperiod_us = 20000")
+                + &rule("match = \"system.slice/*.service\"\nquota_us = 20000")),
+            "t",
+        )
+        .unwrap();
+        assert!(c.groups.is_empty());
+        assert_eq!(c.rules.len(), 2);
+        let (a, b) = (&c.rules[0], &c.rules[1]);
+        assert_eq!((a.name.as_str(), a.quota_us, a.period_us, a.burst), ("pods", None, Some(20_000), rules::Burst::Pct(50)));
+        assert_eq!((b.name.as_str(), b.quota_us, b.period_us, b.burst), ("2", Some(20_000), None, rules::Burst::Own));
+        assert_eq!(b.source(), "rule 2");
+    }
+
+    #[test]
+    fn bad_rules_name_file_rule_and_field() {
+        for (body, want) in [
+            ("burst_pct = 5", "t.toml: rule 1: missing field `match`"),
+            ("match = \"/k/*\"\nburst_pct = 5", "t.toml: rule 1 (match \"/k/*\"): match: \"/k/*\" is absolute"),
+            ("match = \"k/a**\"\nburst_pct = 5", "rule 1 (match \"k/a**\"): match: \"k/a**\": `**` must be a whole component"),
+            ("name = \"x\"\nmatch = \"k/*\"\nburst_pct = 101", "t.toml: rule 1 (\"x\"): burst_pct = 101: out of range (allowed 0..=100)"),
+            ("match = \"k/*\"\nburst_pct = -1", "burst_pct = -1: out of range"),
+            ("match = \"k/*\"\nburst_pct = 5\nburst_us = 5", "burst_pct: set burst_us or burst_pct, not both"),
+            ("match = \"k/*\"\nperiod_us = 999", "rule 1 (match \"k/*\"): period_us = 999: out of range (allowed 1000..=1000000)"),
+            ("match = \"k/*\"\nquota_us = 999", "quota_us = 999: out of range"),
+            ("match = \"k/*\"\nquota_us = 5000\nburst_us = 5001", "burst_us = 5001: out of range (allowed 0..=5000)"),
+            ("match = \"k/*\"", "rule 1 (match \"k/*\"): sets nothing"),
+            ("name = \"a b\"\nmatch = \"k/*\"\nburst_pct = 5", "name = \"a b\": must be non-empty"),
+        ] {
+            let e = err(&rule(body));
+            assert!(e.contains(want), "{body:?}: {e}");
+        }
+        let e = err(&rule("match = \"k/*\"\nburst = 5"));
+        assert!(e.contains("t.toml:3") && e.contains("unknown field `burst`"), "{e}");
+        let e = err(&(rule("name = \"a\"\nmatch = \"k/*\"\nburst_pct = 5") + &rule("name = \"a\"\nmatch = \"j/*\"\nburst_pct = 5")));
+        assert!(e.contains("t.toml: rule 2 (\"a\"): name: duplicate of rule 1"), "{e}");
+        let many: String = (0..=rules::MAX_RULES).map(|i| rule(&format!("match = \"k{i}/*\"\nburst_pct = 5"))).collect();
+        assert!(err(&many).contains(&format!("more than {}", rules::MAX_RULES)));
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! - `config`: the TOML configuration and its validation;
 //! - `cgroups`: the cgroup2 mount and cgroup ids;
 //! - `pools`: the period timer and the refill rule;
+//! - `rules`: `[[rule]]` limits for cgroups found by glob;
 //! - `scheduler`: loading the BPF side and the agent's run loop;
 //! - `stats`: counters and the `--stats` report;
 //! - `openmetrics`: the statistics as Prometheus text (`--metrics-addr`).
@@ -15,5 +16,6 @@ pub mod config;
 pub mod openmetrics;
 pub mod opts;
 pub mod pools;
+pub mod rules;
 pub mod scheduler;
 pub mod stats;

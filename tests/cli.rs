@@ -38,6 +38,10 @@ fn bad_configs_exit_2_with_the_field_named() {
         ("dots.toml", b"[[group]]\ncgroup = \"../etc\"\nquota_us = 5000\n", "contains \"..\""),
         ("abs.toml", b"[[group]]\ncgroup = \"/sys/fs/cgroup/a\"\nquota_us = 5000\n", "is absolute"),
         ("binary.toml", b"\xff\xfe[[group]]", "not UTF-8"),
+        ("rule_pct.toml", b"[[rule]]\nname = \"pods\"\nmatch = \"kubepods.slice/**\"\nburst_pct = 150\n", "rule 1 (\"pods\"): burst_pct = 150: out of range"),
+        ("rule_glob.toml", b"[[rule]]\nmatch = \"kubepods.slice/pod**\"\nburst_pct = 10\n", "rule 1 (match \"kubepods.slice/pod**\"): match: "),
+        ("rule_none.toml", b"[[rule]]\nmatch = \"system.slice/*.service\"\n", "rule 1 (match \"system.slice/*.service\"): sets nothing"),
+        ("rule_key.toml", b"[[rule]]\nmatch = \"a/*\"\nburst_percent = 10\n", "unknown field `burst_percent`"),
     ];
     for (name, text, want) in cases {
         let p = config(name, text);
