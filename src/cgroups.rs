@@ -88,6 +88,81 @@ pub fn paths_of_ids(root: &Path, ids: &HashSet<u64>) -> HashMap<u64, String> {
     found
 }
 
+/// The path (relative to `root`, the cgroup2 mount) of the cgroup with id `id`, from
+/// its file handle (a cgroup id is its kernfs id: FILEID_KERNFS, as systemd opens
+/// cgroups by id): one lookup, not a walk. Ok(None) when no such cgroup is visible
+/// (removed, or not yet linked in: a cgroup's ops run before mkdir returns).
+pub fn path_of_id(root: &Path, id: u64) -> io::Result<Option<String>> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    const FILEID_KERNFS: libc::c_int = 0xfe;
+    #[repr(C)]
+    struct Handle {
+        bytes: libc::c_uint,
+        kind: libc::c_int,
+        id: u64,
+    }
+    let mnt = fs::File::open(root)?;
+    let mut h = Handle { bytes: 8, kind: FILEID_KERNFS, id };
+    // SAFETY: open_by_handle_at reads a struct file_handle (header + 8 bytes) from a
+    // valid pointer; it returns a new fd or -1.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_open_by_handle_at,
+            mnt.as_raw_fd(),
+            &mut h as *mut Handle,
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        let e = io::Error::last_os_error();
+        return match e.raw_os_error() {
+            Some(libc::ESTALE) | Some(libc::ENOENT) => Ok(None),
+            _ => Err(e),
+        };
+    }
+    // SAFETY: fd is a new descriptor that nothing else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) };
+    let target = fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))?;
+    Ok(target.strip_prefix(root).ok().map(|rel| rel.to_string_lossy().into_owned()).filter(|rel| !rel.is_empty()))
+}
+
+/// Every cgroup below `root` (the root itself left out): (path relative to root, id).
+pub fn walk(root: &Path) -> Vec<(String, u64)> {
+    let mut found = Vec::new();
+    let mut stack = vec![(root.to_path_buf(), 0usize)];
+    while let Some((dir, depth)) = stack.pop() {
+        let Ok(entries) = fs::read_dir(&dir) else { continue };
+        for e in entries.flatten() {
+            if !e.file_type().is_ok_and(|t| t.is_dir()) {
+                continue;
+            }
+            let p = e.path();
+            if let (Ok(m), Ok(rel)) = (e.metadata(), p.strip_prefix(root)) {
+                found.push((rel.to_string_lossy().into_owned(), m.ino()));
+            }
+            if depth < 64 {
+                stack.push((p, depth + 1));
+            }
+        }
+    }
+    found
+}
+
+/// A cgroup's own limit from its cpu.max and cpu.max.burst; None for "max", or
+/// where the cpu controller is not enabled (no cpu.max file).
+pub fn own_limit(dir: &Path) -> Option<crate::rules::OwnLimit> {
+    parse_cpu_max(&fs::read_to_string(dir.join("cpu.max")).ok()?, fs::read_to_string(dir.join("cpu.max.burst")).ok().as_deref())
+}
+
+/// cpu.max text ("50000 100000", "max 100000") and cpu.max.burst text ("0").
+pub fn parse_cpu_max(max: &str, burst: Option<&str>) -> Option<crate::rules::OwnLimit> {
+    let mut it = max.split_whitespace();
+    let quota_us = it.next()?.parse().ok()?;
+    let period_us = it.next()?.parse().ok()?;
+    let burst_us = burst.and_then(|b| b.trim().parse().ok()).unwrap_or(0);
+    Some(crate::rules::OwnLimit { quota_us, period_us, burst_us })
+}
+
 /// Tracks one configured path's id across polls.
 #[derive(Clone, Debug, Default)]
 pub struct CgroupWatch {
@@ -130,6 +205,25 @@ mod tests {
         assert_eq!(found.get(&c).map(String::as_str), Some("a/b/c"));
         assert_eq!(found.get(&a).map(String::as_str), Some("a"));
         assert_eq!(found.len(), 2);
+        fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn walk_lists_every_cgroup_and_cpu_max_parses() {
+        let root = std::env::temp_dir().join(format!("scxbw-walkall-{}", std::process::id()));
+        fs::create_dir_all(root.join("a/b")).unwrap();
+        fs::create_dir_all(root.join("c")).unwrap();
+        let mut all: Vec<String> = walk(&root).into_iter().map(|(p, _)| p).collect();
+        all.sort();
+        assert_eq!(all, ["a", "a/b", "c"]);
+        fs::write(root.join("a/cpu.max"), "30000 100000\n").unwrap();
+        fs::write(root.join("a/cpu.max.burst"), "5000\n").unwrap();
+        fs::write(root.join("c/cpu.max"), "max 100000\n").unwrap();
+        use crate::rules::OwnLimit;
+        assert_eq!(own_limit(&root.join("a")), Some(OwnLimit { quota_us: 30_000, period_us: 100_000, burst_us: 5_000 }));
+        assert_eq!(own_limit(&root.join("c")), None, "max");
+        assert_eq!(own_limit(&root.join("a/b")), None, "no cpu controller");
+        assert_eq!(parse_cpu_max("7000 10000", None), Some(OwnLimit { quota_us: 7_000, period_us: 10_000, burst_us: 0 }));
         fs::remove_dir_all(&root).unwrap();
     }
 

@@ -32,7 +32,7 @@ pub struct GroupMetrics {
     pub cgroup: String,
     #[stat(desc = "\"enforced\" while the cgroup exists, else \"absent\"")]
     pub state: String,
-    #[stat(desc = "Where the limit comes from: \"config\" (the configuration file) or \"cpu.max\" (cgroupfs)")]
+    #[stat(desc = "Where the limit comes from: \"config\" (a [[group]] of the configuration file), \"cpu.max\" (cgroupfs) or \"rule <name>\" (a [[rule]], on its own or changing cpu.max)")]
     pub source: String,
     #[stat(desc = "Quota per period (µs)")]
     pub quota_us: u64,

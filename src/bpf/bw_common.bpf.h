@@ -37,6 +37,11 @@ volatile u64 bw_cfg_gen = 1;
  */
 volatile u64 bw_cgroup_seq;
 /*
+ * Set by the agent while a [[rule]] sets a full limit, which may apply to a
+ * cgroup without cpu.max: cgroup_init then reports unlimited cgroups too.
+ */
+volatile u8 bw_report_unlimited;
+/*
  * Every slot the agent ever mapped is below this; it raises it before it maps
  * a cgroup to a new slot. Loops over the groups stop here: the safety net
  * walks them every BW_SAFETY_TICK_NS in softirq context, and a walk of all

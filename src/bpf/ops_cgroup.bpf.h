@@ -47,8 +47,8 @@ s32 BPF_STRUCT_OPS(bw_cgroup_init, struct cgroup *cgrp, struct scx_cgroup_init_a
 		period = args->bw_period_us;
 		burst = args->bw_burst_us;
 	}
-	/* Unlimited cgroups are the common case: nothing to tell. */
-	if (cgrp->level > 0 && quota != (u64)-1)
+	/* Unlimited cgroups are the common case: nothing to tell, unless a rule may limit them. */
+	if (cgrp->level > 0 && (quota != (u64)-1 || bw_report_unlimited))
 		bw_emit(BW_EV_LIMIT, 0, cgrp->kn->id, period, quota, burst);
 	return 0;
 }

@@ -24,9 +24,10 @@ use crate::bpf_intf;
 use crate::cgroups::{self, CgroupChange};
 use crate::config::{self, GroupConfig};
 use crate::pools;
+use crate::rules::{self, OwnLimit};
 
 /// Name of a cgroupfs-limited group until its path is looked up: "id:" + cgroup id.
-const UNRESOLVED: &str = "id:";
+pub(super) const UNRESOLVED: &str = "id:";
 
 impl<'a> Scheduler<'a> {
     /// Check every configured path (when cgroups were created or removed since the
@@ -145,47 +146,80 @@ impl<'a> Scheduler<'a> {
     }
 
     /// cpu.max / cpu.max.burst of cgroup `cgid` as the kernel passed them (at
-    /// attach, on creation, on each write). Unlimited ("max") gives the slot back.
+    /// attach, on creation, on each write). Unlimited ("max") gives the slot back,
+    /// unless a rule limits the cgroup anyway.
     pub(super) fn on_cgroupfs_limit(&mut self, ev: &bpf_intf::bw_event, now: Instant) -> Result<()> {
-        let cgid = ev.cgid;
+        let own = (ev.quota_us != u64::MAX).then_some(OwnLimit { quota_us: ev.quota_us, period_us: ev.period_us, burst_us: ev.burst_us });
+        // Without rules the path is looked up later, at normal priority (resolve_paths):
+        // a walk of the hierarchy per event would be quadratic when many cgroups appear
+        // at once. Rules need it now: one lookup by id, retried at the next poll if the
+        // cgroup is not linked in yet (its own cpu.max applies meanwhile).
+        let path = if self.rules.is_empty() { None } else { self.rule_path(ev.cgid, own, now) };
+        self.apply_own(ev.cgid, own, path, now)
+    }
+
+    /// Enforce what cgroup `cgid` gets from its own limit `own` (None: "max") and,
+    /// when its path is known, the rule that matches it. A configured group of the
+    /// same cgroup takes precedence; an unchanged limit leaves the pool and timer be.
+    pub(super) fn apply_own(&mut self, cgid: u64, own: Option<OwnLimit>, path: Option<String>, now: Instant) -> Result<()> {
         let slot = self.slot_of(cgid);
-        if let Some(s) = slot {
-            if self.groups[s].origin == Origin::Config {
-                if ev.quota_us != u64::MAX {
-                    info!(
-                        "cgroup {}: cpu.max {} {} (burst {}) ignored, the configuration's limit applies",
-                        self.groups[s].cfg.cgroup, ev.quota_us, ev.period_us, ev.burst_us
-                    );
-                }
-                return Ok(());
-            }
-        }
-        if ev.quota_us == u64::MAX {
-            if let Some(s) = slot {
-                info!("cgroup {}: cpu.max is \"max\" now, no longer limited", self.groups[s].cfg.cgroup);
-                self.release(s)?;
+        let configured = |s: &Self| match &path {
+            Some(p) => s.groups.iter().any(|g| g.origin == Origin::Config && !g.free && g.cfg.cgroup == *p),
+            None => slot.is_some_and(|sl| s.groups[sl].origin == Origin::Config),
+        };
+        if configured(self) {
+            if let Some(o) = own {
+                info!(
+                    "cgroup {}: cpu.max {} {} (burst {}) ignored, the configuration's limit applies",
+                    path.as_deref().unwrap_or("?"),
+                    o.quota_us,
+                    o.period_us,
+                    o.burst_us
+                );
             }
             return Ok(());
         }
-        // The path is looked up later, at normal priority (resolve_paths): a walk of
-        // the hierarchy per event would be quadratic when many cgroups appear at once.
-        let path = format!("{UNRESOLVED}{cgid}");
-        let cfg = match GroupConfig::from_cgroupfs(&path, ev.quota_us, ev.period_us, ev.burst_us) {
-            Ok(c) => c,
-            Err(e) => {
+        let name = path.clone().unwrap_or_else(|| format!("{UNRESOLVED}{cgid}"));
+        let rule = path.as_deref().and_then(|p| rules::best(&self.rules, p));
+        let source = rule.map(|r| r.source());
+        let want = match rule {
+            Some(r) => r.apply(&name, own).map(Ok),
+            None => own.map(|o| GroupConfig::from_cgroupfs(&name, o.quota_us, o.period_us, o.burst_us)),
+        };
+        let cfg = match want {
+            None => {
+                if let Some(s) = slot {
+                    info!("cgroup {}: no longer limited (cpu.max is \"max\"{})", self.groups[s].cfg.cgroup, if source.is_some() { "" } else { ", no rule" });
+                    self.release(s)?;
+                }
+                return Ok(());
+            }
+            Some(Err(e)) => {
                 warn!("{e}; not enforcing it");
                 return Ok(());
             }
+            Some(Ok(c)) => c,
         };
+        if let Some(s) = slot {
+            let g = &mut self.groups[s];
+            let same = (g.cfg.quota_us, g.cfg.period_us, g.cfg.burst_us) == (cfg.quota_us, cfg.period_us, cfg.burst_us);
+            if path.is_some() {
+                g.cfg.cgroup = name.clone();
+            }
+            if same && g.rule == source {
+                return Ok(());
+            }
+        }
         let s = match slot.or_else(|| self.free_slot()) {
             Some(s) => s,
             None => {
-                warn!("cgroup id {cgid}: cpu.max {} {} not enforced: all {} group slots are in use", ev.quota_us, ev.period_us, config::MAX_GROUPS);
+                warn!("cgroup {name}: limit {} {} not enforced: all {} group slots are in use", cfg.quota_us, cfg.period_us, config::MAX_GROUPS);
                 return Ok(());
             }
         };
         info!(
-            "cgroup id {cgid}: cpu.max {} {}, burst {} us{}",
+            "cgroup {name} (id {cgid}): {} {} us per {} us, burst {} us{}",
+            source.as_deref().unwrap_or("cpu.max"),
             cfg.quota_us,
             cfg.period_us,
             cfg.burst_us,
@@ -197,6 +231,7 @@ impl<'a> Scheduler<'a> {
             let known = std::mem::take(&mut self.groups[s].cfg.cgroup);
             self.groups[s].cfg = GroupConfig { cgroup: known, ..cfg };
         }
+        self.groups[s].rule = source;
         self.activate(s, cgid, now)?;
         self.bump_cfg_gen();
         Ok(())

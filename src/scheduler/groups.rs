@@ -31,6 +31,8 @@ pub enum Origin {
 pub struct Group {
     pub cfg: GroupConfig,
     pub origin: Origin,
+    /// The rule that shaped a cgroupfs group's limit ("rule <name>"), if any.
+    pub rule: Option<String>,
     /// A cgroupfs slot given back (its cgroup left or became unlimited), reusable.
     pub(super) free: bool,
     pub(super) watch: CgroupWatch,
@@ -63,6 +65,7 @@ impl Group {
         Self {
             cfg,
             origin,
+            rule: None,
             free: false,
             watch: CgroupWatch::default(),
             timer: None,

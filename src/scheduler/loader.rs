@@ -90,6 +90,10 @@ impl<'a> Scheduler<'a> {
             stats: None,
             events: None,
             config_path: opts.config.clone(),
+            rules: config.rules.clone(),
+            cgroupfs_limits,
+            unresolved: Vec::new(),
+            handle_lookup_failed: false,
             cost: Default::default(),
             nr_llcs: 1,
             known_llc: Vec::new(),
@@ -149,9 +153,14 @@ impl<'a> Scheduler<'a> {
         for slot in 0..sched.groups.len() {
             sched.arm(slot);
         }
+        // Rules: every existing cgroup once; new ones as the kernel tells of them.
+        if !sched.rules.is_empty() {
+            sched.evaluate_all_cgroups(now)?;
+        }
         info!(
-            "scx_bandwidth attached: {} configured group(s), slice {} us, cgroups' cpu.max {}",
-            sched.groups.len(),
+            "scx_bandwidth attached: {} configured group(s), {} rule(s), slice {} us, cgroups' cpu.max {}",
+            config.groups.len(),
+            sched.rules.len(),
             opts.slice_us,
             if cgroupfs_limits { "honoured" } else { "not available" }
         );

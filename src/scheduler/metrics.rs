@@ -63,11 +63,11 @@ impl<'a> Scheduler<'a> {
             m.groups.push(GroupMetrics {
                 cgroup: g.cfg.cgroup.clone(),
                 state: if g.timer.is_some() { "enforced" } else { "absent" }.into(),
-                source: match g.origin {
-                    Origin::Config => "config",
-                    Origin::Cgroupfs { .. } => "cpu.max",
-                }
-                .into(),
+                source: match (g.origin, &g.rule) {
+                    (Origin::Config, _) => "config".into(),
+                    (Origin::Cgroupfs { .. }, Some(rule)) => rule.clone(),
+                    (Origin::Cgroupfs { .. }, None) => "cpu.max".into(),
+                },
                 quota_us: g.cfg.quota_us,
                 period_us: g.cfg.period_us,
                 burst_us: if self.no_burst { 0 } else { g.cfg.burst_us },

@@ -19,6 +19,7 @@
 //! - `period`: the run loop and the timers (refill, unthrottle, idle groups);
 //! - `cgroup_watch`: which cgroup each limit applies to (paths, cpu.max);
 //! - `events`: the events ring from BPF and what each event does;
+//! - `rules`: which cgroups the configuration's `[[rule]]`s limit;
 //! - `reload`: SIGHUP;
 //! - `metrics`: statistics and the stats server;
 //! - `cost`: what the agent's own work costs, by kind;
@@ -39,6 +40,7 @@ mod loader;
 mod metrics;
 mod period;
 mod reload;
+mod rules;
 mod topology;
 
 use cost::AgentCost;
@@ -84,6 +86,14 @@ pub struct Scheduler<'a> {
     events: Option<EventRing>,
     /// The configuration file, re-read on SIGHUP.
     config_path: Option<PathBuf>,
+    /// The kernel passes cpu.max on (ops.cgroup_set_bandwidth): cgroups' own limits count.
+    cgroupfs_limits: bool,
+    /// The configuration's rules in force.
+    rules: Vec<crate::rules::Rule>,
+    /// Cgroups the kernel told of whose path is not visible yet (rules.rs).
+    unresolved: rules::Unresolved,
+    /// open_by_handle_at refused (said once).
+    handle_lookup_failed: bool,
     /// What the run loop spent its time on (statistics).
     cost: AgentCost,
     /// LLC queues and NUMA nodes BPF was last told of.

@@ -192,6 +192,7 @@ impl<'a> Scheduler<'a> {
                 self.report_deep_chains();
                 self.poll_topology();
                 self.poll_cgroups(now)?;
+                self.retry_unresolved(now)?;
                 next_poll = now + CGROUP_POLL;
                 self.cost.poll_cpu += cost::thread_cpu().saturating_sub(t);
             }

@@ -20,6 +20,7 @@ impl<'a> Scheduler<'a> {
     pub fn config_in_force(&self) -> Config {
         Config {
             groups: self.groups.iter().filter(|g| g.origin == Origin::Config && !g.free).map(|g| g.cfg.clone()).collect(),
+            rules: self.rules.clone(),
         }
     }
 
@@ -78,8 +79,18 @@ impl<'a> Scheduler<'a> {
             self.write_limits(s);
         }
         self.bump_cfg_gen();
-        info!("reloaded {}: {changed} changed, {added} added, {removed} removed", path.display());
-        // New paths are picked up (and cpu.max precedence settled) by the poll.
-        self.poll_cgroups(now)
+        let rules_changed = new.rules != self.rules;
+        self.rules = new.rules;
+        info!(
+            "reloaded {}: {changed} changed, {added} added, {removed} removed; {} rule(s){}",
+            path.display(),
+            self.rules.len(),
+            if rules_changed { ", changed" } else { "" }
+        );
+        // New paths are picked up (and cpu.max precedence settled) by the poll; then
+        // every other cgroup gets what the rules and its cpu.max say now (a cgroup a
+        // removed [[group]] held goes back to those, too).
+        self.poll_cgroups(now)?;
+        self.evaluate_all_cgroups(now)
     }
 }
