@@ -6,8 +6,9 @@
 //!
 //! The scenarios are in one file per area, each listing its own in `scenarios()` at its end:
 //! lifecycle (attach, reload, hotplug, exit), limits, weights, burst_slack, cgroupfs (cpu.max
-//! without a config), monitoring (statistics), reliability (agent stall, rescue, stress, RT
-//! neighbour, move latency) and scale; bench holds the benchmark bodies; wide holds those for
+//! without a config), rules ([[rule]] globs on orchestrator-made cgroups), monitoring
+//! (statistics), reliability (agent stall, rescue, stress, RT neighbour, move latency) and
+//! scale; bench holds the benchmark bodies; wide holds those for
 //! machines with several LLCs and NUMA nodes (`--wide`, not in `all()`). This file holds the
 //! types, the constructors the lists use, all() and bench(), and the helpers areas share.
 
@@ -23,6 +24,7 @@ mod lifecycle;
 mod limits;
 mod monitoring;
 mod reliability;
+mod rules;
 mod scale;
 mod weights;
 mod wide;
@@ -256,6 +258,7 @@ pub fn all() -> Vec<Scenario> {
         weights::scenarios(),
         burst_slack::scenarios(),
         cgroupfs::scenarios(),
+        rules::scenarios(),
         monitoring::scenarios(),
         reliability::scenarios(),
         scale::scenarios(),
