@@ -491,6 +491,13 @@ mod tests {
     }
 
     #[test]
+    fn the_example_config_parses() {
+        let c = parse(include_str!("../configs/example.toml"), "configs/example.toml").unwrap();
+        assert_eq!((c.groups.len(), c.rules.len()), (2, 1));
+        assert_eq!(c.rules[0].burst, rules::Burst::Pct(50));
+    }
+
+    #[test]
     fn bad_rules_name_file_rule_and_field() {
         for (body, want) in [
             ("burst_pct = 5", "t.toml: rule 1: missing field `match`"),
