@@ -69,7 +69,16 @@ impl<'a> Scheduler<'a> {
             skel.struct_ops.bandwidth_ops_mut().cpu_release = std::ptr::null_mut();
             skel.progs.bw_sched_switch.set_autoload(true);
         }
-        let skel = scx_ops_load!(skel, bandwidth_ops, uei)?;
+        // Loading verifies the BPF programs on this thread, seconds of CPU under emulation;
+        // after a crash the limits are off meanwhile, and the tasks they held compete for
+        // the CPU with it (under systemd, a restart on a busy 2-CPU guest took 19 s instead
+        // of 5). So it runs SCHED_FIFO, and back to normal for the threads started next.
+        let fifo_load = !opts.no_realtime && set_realtime(true);
+        let loaded = scx_ops_load!(skel, bandwidth_ops, uei);
+        if fifo_load {
+            set_realtime(false);
+        }
+        let skel = loaded?;
 
         let groups = config.groups.iter().map(|cfg| Group::new(cfg.clone(), Origin::Config)).collect();
         let mut sched = Self {
