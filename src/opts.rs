@@ -45,9 +45,10 @@ fn group_id(s: &str) -> Result<u32, String> {
 #[command(version, about)]
 pub struct Opts {
     /// Limits to enforce besides cgroupfs: a TOML file with one [[group]] table
-    /// per limited cgroup (see configs/example.toml); a cgroup named here follows
-    /// the file, not its cpu.max. Without it the cgroups' own cpu.max and
-    /// cpu.max.burst are enforced (on kernels with ops.cgroup_set_bandwidth).
+    /// per limited cgroup and [[rule]] tables for cgroups matched by glob (see
+    /// configs/example.toml); a cgroup named by a group follows the file, not its
+    /// cpu.max. Without it the cgroups' own cpu.max and cpu.max.burst are
+    /// enforced (on kernels with ops.cgroup_set_bandwidth). SIGHUP re-reads it.
     #[arg(short, long, value_name = "FILE")]
     pub config: Option<PathBuf>,
 
