@@ -6,3 +6,6 @@ SCXBW_CACHE="${SCXBW_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/scx_bandwidth}"
 KDIR="$SCXBW_CACHE/kernel/$KVER"
 # promtool, extracted from Debian's prometheus package by setup.sh.
 PROMTOOL="$SCXBW_CACHE/prometheus/promtool"
+PROMETHEUS="$SCXBW_CACHE/prometheus/prometheus"
+# The Debian userland with systemd for tests/vm/systemd, built by setup.sh (mmdebstrap).
+ROOTFS_TAR="$SCXBW_CACHE/rootfs/bookworm-systemd.tar"

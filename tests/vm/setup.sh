@@ -11,7 +11,7 @@ SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
 
 need_pkgs=()
 for p in clang-19 libclang-19-dev llvm-19 libelf-dev zlib1g-dev pkg-config qemu-system-x86 \
-         busybox-static cpio; do
+         busybox-static cpio mmdebstrap; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || need_pkgs+=("$p")
 done
 
@@ -62,14 +62,32 @@ grep -q '^CONFIG_SCHED_CLASS_EXT=y' "$kdir/config" \
 
 # promtool (Prometheus' checker, for the scrape of the `metrics` VM scenario), taken out of
 # Debian's prometheus package without installing it: installed, the package would start a
-# Prometheus server on this machine. (PROMTOOL: kernel.sh.)
-if [ ! -x "$PROMTOOL" ]; then
+# Prometheus server on this machine. promtool checks the metrics text here; the server runs
+# in tests/vm/systemd's guest. (PROMTOOL, PROMETHEUS: kernel.sh.)
+if [ ! -x "$PROMTOOL" ] || [ ! -x "$PROMETHEUS" ]; then
     tmp=$(mktemp -d); chmod 755 "$tmp"
     ( cd "$tmp" && apt-get download -qq prometheus )
     dpkg-deb -x "$tmp"/prometheus_*.deb "$tmp/x"
     mkdir -p "$(dirname "$PROMTOOL")"
     cp "$tmp/x/usr/bin/promtool" "$PROMTOOL"
+    cp "$tmp/x/usr/bin/prometheus" "$PROMETHEUS"
     rm -rf "$tmp"
+fi
+
+# tests/vm/systemd's guest: Debian bookworm with systemd as init, from Debian's packages
+# (mmdebstrap needs no root mount; docs, man pages and locales left out).
+if [ ! -f "$ROOTFS_TAR" ]; then
+    mkdir -p "$(dirname "$ROOTFS_TAR")"
+    mmdebstrap --format=tar --variant=minbase --include=systemd,systemd-sysv,dbus,procps \
+        --dpkgopt='path-exclude=/usr/share/{doc,man,locale,info}/*' \
+        bookworm "$ROOTFS_TAR.tmp" "$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || echo http://deb.debian.org/debian)"
+    mv "$ROOTFS_TAR.tmp" "$ROOTFS_TAR"
+fi
+
+# cargo-deb builds the Debian package (Cargo.toml's [package.metadata.deb]).
+CARGO_DEB_VERSION=3.8.0
+if ! cargo deb --version 2>/dev/null | grep -q "$CARGO_DEB_VERSION"; then
+    cargo install cargo-deb --version "$CARGO_DEB_VERSION" --locked
 fi
 
 if ! rustup target list --installed 2>/dev/null | grep -q x86_64-unknown-linux-gnu; then

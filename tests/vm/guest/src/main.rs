@@ -10,6 +10,7 @@ mod runner;
 mod scenarios;
 mod sched;
 mod stats;
+mod systemd_e2e;
 mod wakeups;
 mod workload;
 
@@ -26,6 +27,7 @@ usage: scxbw-guest hog --threads N --seconds S [--cgroup REL] [--pin CPU]
        scxbw-guest gaps --threads 1 --seconds S [--cgroup REL] [--pin CPU]
        scxbw-guest ticker --threads 1 --hz N --seconds S [--cgroup REL] [--pin CPU]
        scxbw-guest stats-fetch    (one request to the stats socket; prints the group count)
+       scxbw-guest systemd-e2e    (in tests/vm/systemd's Debian guest: package, service, restart)
        scxbw-guest scenarios [--sched PATH] [--only NAME,NAME] [--list] [--cfs] [--bench | --wide]
        scxbw-guest hostwatch --pidfile FILE   (on the host: qemu's console on stdin; adds
                  the host's steal and load during each scenario to its verdict line)
@@ -125,6 +127,7 @@ fn main() -> ExitCode {
             .map_err(Fail::Run)
             .map(|_| true),
         "scenarios" => scenarios(rest),
+        "systemd-e2e" => Ok(systemd_e2e::run()),
         "hostwatch" => host::run(rest).map_err(Fail::Usage).map(|_| true),
         "hostload" => host::load(rest).map_err(Fail::Run).map(|_| true),
         "-h" | "--help" | "help" => {
