@@ -24,9 +24,11 @@
  * task's time slice at the runtime its groups have on this CPU; tick and
  * stopping charge the runtime used and preempt when a group runs dry.
  *
- * The ops that schedule tasks, follow their life and start and stop the
- * scheduler are here; the others are in files included where they stand (one
- * compilation unit): ops_cgroup.bpf.h (cgroups created, removed, moved
+ * The ops that follow a task's life and start and stop the scheduler are
+ * here, with vtime and charging; the others are in files included where they
+ * stand (one compilation unit): ops_enqueue.bpf.h (where a waking task goes),
+ * ops_dispatch.bpf.h (what a CPU runs next, stealing), ops_running.bpf.h
+ * (slices, tick, stopping), ops_cgroup.bpf.h (cgroups created, removed, moved
  * between, reweighted, limited in cgroupfs), ops_hotplug.bpf.h (CPUs going
  * offline and online) and ops_dump.bpf.h (the debug dump).
  */
