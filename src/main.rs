@@ -70,6 +70,12 @@ fn main() -> ExitCode {
         },
         None => config::Config::default(),
     };
+    if let Some(path) = &opts.metrics_textfile {
+        if let Err(e) = openmetrics::check_textfile(path) {
+            error!("{e:#}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    }
     let shutdown = Arc::new(AtomicBool::new(false));
     let flag = shutdown.clone();
     // The waker wakes the agent's loop at once; the flag is what it checks.
@@ -131,6 +137,12 @@ fn main() -> ExitCode {
         if let Err(e) = openmetrics::serve(addr) {
             error!("{e:#}");
             return ExitCode::from(EXIT_USAGE);
+        }
+    }
+    if let Some(path) = opts.metrics_textfile.clone() {
+        if let Err(e) = openmetrics::textfile(path) {
+            error!("{e:#}");
+            return ExitCode::FAILURE;
         }
     }
 

@@ -1,6 +1,7 @@
 //! The statistics as Prometheus text (exposition format 0.0.4, which Prometheus,
 //! node_exporter's textfile collector and `promtool check metrics` read), served over
-//! HTTP by `--metrics-addr`.
+//! HTTP by `--metrics-addr`, or written to a file by `--metrics-textfile` for
+//! node_exporter's textfile collector.
 //!
 //! Under sched_ext the kernel's `cpu.stat` throttling counters stay 0, so cAdvisor's
 //! `container_cpu_cfs_*` series and the alerts built on them (kube-prometheus'
@@ -16,6 +17,7 @@
 use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -237,6 +239,74 @@ fn answer(mut s: TcpStream, snapshot: &dyn Fn() -> Result<Metrics>) -> Result<()
     Ok(())
 }
 
+/// How often `--metrics-textfile` is rewritten. node_exporter reads the file at each of
+/// its scrapes (Prometheus' default interval is 15 s), so what it serves is at most this
+/// old; counters stay exact, only their time stamps lag.
+pub const TEXTFILE_EVERY: Duration = Duration::from_secs(5);
+
+/// Where the text is written before it replaces the file: beside it (a rename within
+/// one directory is atomic, so a reader never sees half a file), under a name the
+/// collector skips (it reads `*.prom` only).
+fn textfile_tmp(path: &Path) -> PathBuf {
+    let mut t = path.as_os_str().to_owned();
+    t.push(".tmp");
+    PathBuf::from(t)
+}
+
+/// Replace `path` with `text` atomically (mode 0644: node_exporter need not run as root).
+pub fn write_textfile(path: &Path, text: &str) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = textfile_tmp(path);
+    let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o644).open(&tmp)?;
+    f.write_all(text.as_bytes())?;
+    f.sync_data()?;
+    std::fs::rename(&tmp, path)
+}
+
+/// `--metrics-textfile`, checked before anything is attached: its directory must exist
+/// and take a file from us (the temporary one is created and removed).
+pub fn check_textfile(path: &Path) -> Result<()> {
+    let tmp = textfile_tmp(path);
+    if path.is_dir() {
+        anyhow::bail!("--metrics-textfile {}: is a directory; give a file name (node_exporter reads *.prom)", path.display());
+    }
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&tmp)
+        .with_context(|| format!("--metrics-textfile {}: cannot write {}", path.display(), tmp.display()))?;
+    let _ = std::fs::remove_file(&tmp);
+    Ok(())
+}
+
+/// Rewrite `path` every [`TEXTFILE_EVERY`] from a thread of its own (started before the
+/// agent turns SCHED_FIFO, so it stays SCHED_OTHER). Until the scheduler answers the file
+/// is not written; a failed write is logged and tried again.
+pub fn textfile(path: PathBuf) -> Result<()> {
+    info!("Prometheus metrics written to {} every {} s", path.display(), TEXTFILE_EVERY.as_secs());
+    std::thread::Builder::new()
+        .name("metrics-file".into())
+        .spawn(move || {
+            let mut failing = false;
+            loop {
+                if let Ok(m) = snapshot() {
+                    match write_textfile(&path, &render(&m)) {
+                        Ok(()) => failing = false,
+                        Err(e) if !failing => {
+                            warn!("--metrics-textfile {}: {e}", path.display());
+                            failing = true;
+                        }
+                        Err(_) => {}
+                    }
+                }
+                std::thread::sleep(TEXTFILE_EVERY);
+            }
+        })
+        .context("spawning the metrics file thread")?;
+    Ok(())
+}
+
 /// A snapshot from the agent's stats socket (the same request `--monitor` makes).
 fn snapshot() -> Result<Metrics> {
     scx_stats::prelude::StatsClient::new()
@@ -248,6 +318,25 @@ fn snapshot() -> Result<Metrics> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn textfile_is_replaced_whole_and_checked() {
+        let dir = std::env::temp_dir().join(format!("scxbw-om-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("scx_bandwidth.prom");
+        check_textfile(&f).unwrap();
+        assert!(!f.exists() && !textfile_tmp(&f).exists(), "the check leaves nothing behind");
+        write_textfile(&f, "a 1\n").unwrap();
+        write_textfile(&f, "b 2\n").unwrap();
+        assert_eq!(std::fs::read_to_string(&f).unwrap(), "b 2\n");
+        assert!(!textfile_tmp(&f).exists());
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(std::fs::metadata(&f).unwrap().permissions().mode() & 0o777, 0o644);
+        let e = check_textfile(&dir.join("missing/x.prom")).unwrap_err();
+        assert!(format!("{e:#}").contains("missing/x.prom: cannot write"), "{e:#}");
+        assert!(format!("{:#}", check_textfile(&dir).unwrap_err()).contains("is a directory"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn ids_from_both_cgroup_drivers() {

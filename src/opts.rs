@@ -103,6 +103,11 @@ pub struct Opts {
     #[arg(long, value_name = "ADDR:PORT", conflicts_with = "monitor")]
     pub metrics_addr: Option<std::net::SocketAddr>,
 
+    /// Write the same Prometheus text to FILE every 5 s, replaced atomically, for
+    /// node_exporter's textfile collector (a name ending in .prom in its directory).
+    #[arg(long, value_name = "FILE", conflicts_with = "monitor")]
+    pub metrics_textfile: Option<PathBuf>,
+
     /// Describe every statistic (the fields of the stats socket's JSON) and exit.
     #[arg(long)]
     pub help_stats: bool,

@@ -142,6 +142,9 @@ fn bad_cli_values_exit_2() {
         (&["--stats-group", "4242", "--monitor", "1"][..], "cannot be used with"),
         (&["--metrics-addr", "localhost:http"][..], "invalid value 'localhost:http' for '--metrics-addr"),
         (&["--metrics-addr", "127.0.0.1:9567", "--monitor", "1"][..], "cannot be used with"),
+        (&["--metrics-textfile", "/nonexistent-scxbw/node.prom"][..], "--metrics-textfile /nonexistent-scxbw/node.prom: cannot write"),
+        (&["--metrics-textfile", "/tmp"][..], "--metrics-textfile /tmp: is a directory"),
+        (&["--metrics-textfile", "/tmp/x.prom", "--monitor", "1"][..], "cannot be used with"),
         (&["--bogus"][..], "unexpected argument"),
     ] {
         let (code, err) = run(args);

@@ -155,6 +155,8 @@ fn monitor(ctx: &mut Ctx) -> Result<(), String> {
 
 /// Where `metrics` serves the Prometheus text.
 const METRICS_ADDR: &str = "127.0.0.1:9567";
+/// `--metrics-textfile`: node_exporter's textfile collector reads such a file.
+const TEXTFILE: &str = "/tmp/scx_bandwidth.prom";
 
 /// GET http://METRICS_ADDR/metrics: (status line, body).
 fn scrape() -> Result<(String, String), String> {
@@ -183,11 +185,12 @@ fn sample(text: &str, series: &str) -> Result<f64, String> {
 /// same time within ±2 % and the throttled-periods rate with the periods the limit
 /// throttled (at least 90 % of the periods). The kernel's own cpu.stat nr_throttled stays 0
 /// under sched_ext, which is why the series exist. A second instance asking for the same
-/// address exits 2 naming it, before attaching. The scrape is printed (`OPENMETRICS| `
+/// address exits 2 naming it, before attaching. `--metrics-textfile` is rewritten within
+/// 7 s with counters between the JSON before and after. The scrape is printed (`OPENMETRICS| `
 /// lines) for the host's `promtool check metrics`.
 fn metrics(ctx: &mut Ctx) -> Result<(), String> {
     ctx.stop_sched()?;
-    ctx.start_sched(&["--metrics-addr", METRICS_ADDR])?;
+    ctx.start_sched(&["--metrics-addr", METRICS_ADDR, "--metrics-textfile", TEXTFILE])?;
     let w = ctx.spawn(&hog("t/a", 2), 60)?;
     ctx.check_on_scx(w);
     sleep(crate::runner::WARMUP);
@@ -255,6 +258,26 @@ fn metrics(ctx: &mut Ctx) -> Result<(), String> {
     let stat = std::fs::read_to_string(crate::cgroup::path("t/a").join("cpu.stat")).map_err(|e| e.to_string())?;
     let kernel = stat.lines().find_map(|l| l.strip_prefix("nr_throttled ")).unwrap_or("absent").to_string();
     ctx.figure("kernel_nr_throttled", &kernel);
+    // The same text in --metrics-textfile, rewritten every 5 s: a version written after a
+    // JSON snapshot lies between it and the next one.
+    let before = crate::stats::fetch()?;
+    let t0 = std::time::SystemTime::now();
+    let fresh = crate::sched::wait_for(Duration::from_secs(7), || {
+        std::fs::metadata(TEXTFILE).and_then(|m| m.modified()).is_ok_and(|m| m > t0)
+    });
+    let text = std::fs::read_to_string(TEXTFILE).unwrap_or_default();
+    let after = crate::stats::fetch()?;
+    ctx.figure("textfile_fresh", fresh);
+    if !fresh {
+        ctx.fail(format!("{TEXTFILE} not rewritten within 7 s"));
+    } else {
+        let v = sample(&text, &format!("scx_bandwidth_cgroup_throttled_periods_total{l}"))?;
+        let (lo, hi) = (crate::stats::num(crate::stats::group(&before, "t/a")?, "nr_throttled")?, crate::stats::num(crate::stats::group(&after, "t/a")?, "nr_throttled")?);
+        ctx.figure("textfile_throttled_periods", v);
+        if v < lo || v > hi {
+            ctx.fail(format!("{TEXTFILE}: throttled periods {v} outside the JSON's {lo}..{hi} around its rewrite"));
+        }
+    }
     println!("OPENMETRICS_BEGIN");
     for line in rounds[1].0.lines() {
         println!("OPENMETRICS| {line}");
