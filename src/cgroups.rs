@@ -58,10 +58,9 @@ pub fn cgroup_id(root: &Path, rel: &str) -> Result<Option<u64>> {
     Ok(Some(meta.ino()))
 }
 
-/// The paths (relative to `root`) of the cgroups with the given ids, found in one
-/// walk of the hierarchy; ids not there (any more) are left out.
-pub fn paths_of_ids(root: &Path, ids: &HashSet<u64>) -> HashMap<u64, String> {
-    let mut found = HashMap::new();
+/// Visit every cgroup below `root` (the root itself left out), depth-first, with its
+/// path relative to `root` and its id, until `f` returns true.
+fn visit(root: &Path, mut f: impl FnMut(&Path, u64) -> bool) {
     let mut stack = vec![(root.to_path_buf(), 0usize)];
     while let Some((dir, depth)) = stack.pop() {
         let Ok(entries) = fs::read_dir(&dir) else { continue };
@@ -70,14 +69,9 @@ pub fn paths_of_ids(root: &Path, ids: &HashSet<u64>) -> HashMap<u64, String> {
                 continue;
             }
             let p = e.path();
-            if let Ok(ino) = e.metadata().map(|m| m.ino()) {
-                if ids.contains(&ino) {
-                    if let Ok(rel) = p.strip_prefix(root) {
-                        found.insert(ino, rel.to_string_lossy().into_owned());
-                    }
-                    if found.len() == ids.len() {
-                        return found;
-                    }
+            if let (Ok(m), Ok(rel)) = (e.metadata(), p.strip_prefix(root)) {
+                if f(rel, m.ino()) {
+                    return;
                 }
             }
             if depth < 64 {
@@ -85,6 +79,18 @@ pub fn paths_of_ids(root: &Path, ids: &HashSet<u64>) -> HashMap<u64, String> {
             }
         }
     }
+}
+
+/// The paths (relative to `root`) of the cgroups with the given ids, found in one
+/// walk of the hierarchy; ids not there (any more) are left out.
+pub fn paths_of_ids(root: &Path, ids: &HashSet<u64>) -> HashMap<u64, String> {
+    let mut found = HashMap::new();
+    visit(root, |rel, ino| {
+        if ids.contains(&ino) {
+            found.insert(ino, rel.to_string_lossy().into_owned());
+        }
+        found.len() == ids.len()
+    });
     found
 }
 
@@ -129,22 +135,10 @@ pub fn path_of_id(root: &Path, id: u64) -> io::Result<Option<String>> {
 /// Every cgroup below `root` (the root itself left out): (path relative to root, id).
 pub fn walk(root: &Path) -> Vec<(String, u64)> {
     let mut found = Vec::new();
-    let mut stack = vec![(root.to_path_buf(), 0usize)];
-    while let Some((dir, depth)) = stack.pop() {
-        let Ok(entries) = fs::read_dir(&dir) else { continue };
-        for e in entries.flatten() {
-            if !e.file_type().is_ok_and(|t| t.is_dir()) {
-                continue;
-            }
-            let p = e.path();
-            if let (Ok(m), Ok(rel)) = (e.metadata(), p.strip_prefix(root)) {
-                found.push((rel.to_string_lossy().into_owned(), m.ino()));
-            }
-            if depth < 64 {
-                stack.push((p, depth + 1));
-            }
-        }
-    }
+    visit(root, |rel, ino| {
+        found.push((rel.to_string_lossy().into_owned(), ino));
+        false
+    });
     found
 }
 

@@ -4,7 +4,7 @@
 //! on cgroups created and removed in a loop (churn). Under sched_ext the kernel does not
 //! enforce cpu.max itself, so the scheduler has to pick it up wherever it is written.
 
-use super::{hog, leak, measure_ratio, Body, Scenario};
+use super::{hog, leak, measure_ratio, slots_back, Body, Scenario};
 use crate::runner::Ctx;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
@@ -183,16 +183,7 @@ fn churn(ctx: &mut Ctx) -> Result<(), String> {
     for e in ctx.exited_works(w) {
         ctx.fail(e);
     }
-    // Removals reach the agent through the events ring: give it a moment.
-    let mut active = f64::NAN;
-    crate::sched::wait_for(Duration::from_secs(3), || {
-        active = crate::stats::fetch().and_then(|m| crate::stats::num(&m, "active_groups")).unwrap_or(f64::NAN);
-        active == base
-    });
-    ctx.figure("active_groups", format!("{active}/{base}"));
-    if active != base {
-        ctx.fail(format!("{active} groups still enforced after the churn, {base} before"));
-    }
+    slots_back(ctx, base, "the churn");
     let lost = crate::stats::num(&crate::stats::fetch()?, "event_lost")?;
     ctx.figure("events_lost", lost);
     Ok(())

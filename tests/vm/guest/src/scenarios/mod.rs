@@ -414,6 +414,20 @@ fn measure_ratio(ctx: &mut Ctx, label: &str, cg: &'static str, limit_cpus: f64, 
     crate::phases::check(ctx, &Check::Ratio { cgroup: cg, tol }, used, Some(limit_cpus), &key, label)
 }
 
+/// After cgroups were removed: within 3 s the enforced groups (`active_groups`) are back to
+/// `base`, every slot given back (removals reach the agent through the events ring).
+fn slots_back(ctx: &mut Ctx, base: f64, what: &str) {
+    let mut active = f64::NAN;
+    crate::sched::wait_for(Duration::from_secs(3), || {
+        active = crate::stats::fetch().and_then(|m| crate::stats::num(&m, "active_groups")).unwrap_or(f64::NAN);
+        active == base
+    });
+    ctx.figure("active_groups", format!("{active}/{base}"));
+    if active != base {
+        ctx.fail(format!("{active} groups still enforced after {what}, {base} before"));
+    }
+}
+
 /// Wait up to `wait` for a fork storm (a `Work::Forks` workload) to end: it must exit 0
 /// having forked at least `min_forks` times (figure `forks`).
 fn end_fork_storm(ctx: &mut Ctx, storm: usize, min_forks: u64, wait: Duration) -> Result<(), String> {

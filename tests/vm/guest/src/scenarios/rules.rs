@@ -1,7 +1,7 @@
 //! Rules: `[[rule]]` tables that limit cgroups found by glob, on a hierarchy laid out as
 //! the kubelet (systemd driver) and systemd lay theirs out, created while the scheduler runs.
 
-use super::{hog, leak, measure_ratio, Body, Scenario};
+use super::{hog, leak, measure_ratio, slots_back, Body, Scenario};
 use crate::cgroup::{create_tree, remove_tree, write_cpu_max};
 use crate::runner::Ctx;
 use serde_json::Value;
@@ -157,15 +157,7 @@ fn rules(ctx: &mut Ctx) -> Result<(), String> {
     // Everything removed: every slot comes back.
     remove_tree("t/k/kubepods.slice")?;
     remove_tree("t/s/system.slice")?;
-    let mut active = f64::NAN;
-    crate::sched::wait_for(Duration::from_secs(3), || {
-        active = crate::stats::fetch().and_then(|m| crate::stats::num(&m, "active_groups")).unwrap_or(f64::NAN);
-        active == base
-    });
-    ctx.figure("active_groups", format!("{active}/{base}"));
-    if active != base {
-        ctx.fail(format!("{active} groups enforced after every container was removed, {base} before"));
-    }
+    slots_back(ctx, base, "every container was removed");
     ctx.healthy()
 }
 
