@@ -271,7 +271,8 @@ pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
     Ok(Config { groups, rules })
 }
 
-fn range(v: i64, min: u64, max: u64) -> Result<u64, String> {
+/// `v` as an unsigned value within min..=max, or why not (groups and rules alike).
+pub(crate) fn range(v: i64, min: u64, max: u64) -> Result<u64, String> {
     if v < 0 {
         return Err(format!("must not be negative (allowed {min}..={max})"));
     }
@@ -504,7 +505,7 @@ mod tests {
             ("match = \"/k/*\"\nburst_pct = 5", "t.toml: rule 1 (match \"/k/*\"): match: \"/k/*\" is absolute"),
             ("match = \"k/a**\"\nburst_pct = 5", "rule 1 (match \"k/a**\"): match: \"k/a**\": `**` must be a whole component"),
             ("name = \"x\"\nmatch = \"k/*\"\nburst_pct = 101", "t.toml: rule 1 (\"x\"): burst_pct = 101: out of range (allowed 0..=100)"),
-            ("match = \"k/*\"\nburst_pct = -1", "burst_pct = -1: out of range"),
+            ("match = \"k/*\"\nburst_pct = -1", "burst_pct = -1: must not be negative (allowed 0..=100)"),
             ("match = \"k/*\"\nburst_pct = 5\nburst_us = 5", "burst_pct: set burst_us or burst_pct, not both"),
             ("match = \"k/*\"\nperiod_us = 999", "rule 1 (match \"k/*\"): period_us = 999: out of range (allowed 1000..=1000000)"),
             ("match = \"k/*\"\nquota_us = 999", "quota_us = 999: out of range"),

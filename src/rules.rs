@@ -242,14 +242,7 @@ pub(crate) fn parse_rule(n: usize, raw: RawRule, origin: &str) -> Result<Rule, C
         Some(p) => Pattern::parse(p).map_err(|why| err("match", format!(": {why}")))?,
     };
     let range = |field: &str, v: Option<i64>, min: u64, max: u64| -> Result<Option<u64>, ConfigError> {
-        v.map(|v| {
-            if v < 0 || (v as u64) < min || v as u64 > max {
-                Err(err(field, format!(" = {v}: out of range (allowed {min}..={max})")))
-            } else {
-                Ok(v as u64)
-            }
-        })
-        .transpose()
+        v.map(|v| config::range(v, min, max).map_err(|why| err(field, format!(" = {v}: {why}")))).transpose()
     };
     let quota_us = range("quota_us", raw.quota_us, config::MIN_QUOTA_US, config::MAX_QUOTA_US)?;
     let period_us = range("period_us", raw.period_us, config::MIN_PERIOD_US, config::MAX_PERIOD_US)?;
