@@ -71,8 +71,8 @@ impl<'a> Scheduler<'a> {
         }
         // Loading verifies the BPF programs on this thread, seconds of CPU under emulation;
         // after a crash the limits are off meanwhile, and the tasks they held compete for
-        // the CPU with it (under systemd, a restart on a busy 2-CPU guest took 19 s instead
-        // of 5). So it runs SCHED_FIFO, and back to normal for the threads started next.
+        // the CPU with it (under systemd, a restart on a busy 2-vCPU guest took 21.4 s against
+        // 6.7 s for a start on an idle one; at SCHED_FIFO 5.0 s). So it runs SCHED_FIFO, and back to normal for the threads started next.
         let fifo_load = !opts.no_realtime && set_realtime(true);
         let loaded = scx_ops_load!(skel, bandwidth_ops, uei);
         if fifo_load {

@@ -35,30 +35,34 @@ impl<'a> Scheduler<'a> {
                 return Some(known.clone());
             }
         }
-        match cgroups::path_of_id(&self.root, cgid) {
-            Ok(Some(p)) => return Some(p),
-            Ok(None) => {}
-            Err(e) => {
-                // No CAP_DAC_READ_SEARCH (a container without it): one walk instead.
-                if !self.handle_lookup_failed {
-                    warn!("looking up cgroups by id: {e}; walking the hierarchy for each instead");
-                    self.handle_lookup_failed = true;
-                }
-                if let Some(p) = cgroups::paths_of_ids(&self.root, &[cgid].into()).remove(&cgid) {
-                    return Some(p);
-                }
-            }
+        if let Some(p) = self.lookup_path(cgid) {
+            return Some(p);
         }
         self.unresolved.retain(|u| u.0 != cgid);
         self.unresolved.push((cgid, own, now));
         None
     }
 
+    /// The path of cgroup `cgid` now: by its handle, or, where open_by_handle_at is refused
+    /// (no CAP_DAC_READ_SEARCH, a container without it), by a walk.
+    fn lookup_path(&mut self, cgid: u64) -> Option<String> {
+        match cgroups::path_of_id(&self.root, cgid) {
+            Ok(p) => p,
+            Err(e) => {
+                if !self.handle_lookup_failed {
+                    warn!("looking up cgroups by id: {e}; walking the hierarchy for each instead");
+                    self.handle_lookup_failed = true;
+                }
+                cgroups::paths_of_ids(&self.root, &[cgid].into()).remove(&cgid)
+            }
+        }
+    }
+
     /// Look again for the cgroups whose path was not found when the kernel told of them.
     pub(super) fn retry_unresolved(&mut self, now: Instant) -> Result<()> {
         for (cgid, own, since) in std::mem::take(&mut self.unresolved) {
-            match cgroups::path_of_id(&self.root, cgid) {
-                Ok(Some(p)) => self.apply_own(cgid, own, Some(p), now)?,
+            match self.lookup_path(cgid) {
+                Some(p) => self.apply_own(cgid, own, Some(p), now)?,
                 _ if now.duration_since(since) < UNRESOLVED_FOR => self.unresolved.push((cgid, own, since)),
                 _ => {}
             }
