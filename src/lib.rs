@@ -3,12 +3,14 @@
 //!
 //! - `config`: the TOML configuration and its validation;
 //! - `cgroups`: the cgroup2 mount and cgroup ids;
-//! - `pools`: the period timer and the refill rule;
+//! - `pools`: the period timer, the refill rule and the per-period history;
+//! - `advise`: `scx_bandwidth advise`, the history replayed for other limits;
 //! - `rules`: `[[rule]]` limits for cgroups found by glob;
 //! - `scheduler`: loading the BPF side and the agent's run loop;
 //! - `stats`: counters and the `--stats` report;
 //! - `openmetrics`: the statistics as Prometheus text (`--metrics-addr`).
 
+pub mod advise;
 pub mod bpf_intf;
 pub mod bpf_skel;
 pub mod cgroups;

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use clap::Parser;
 use log::{error, info};
-use scx_bandwidth::{cgroups, config, openmetrics, opts::Opts, scheduler::{LoopWaker, Scheduler}, stats};
+use scx_bandwidth::opts::{Command, Opts};
+use scx_bandwidth::{advise, cgroups, config, openmetrics, scheduler::{LoopWaker, Scheduler}, stats};
 
 /// Exit code for bad input (configuration, command line): nothing attached.
 const EXIT_USAGE: u8 = 2;
@@ -51,8 +52,21 @@ fn main() -> ExitCode {
     let opts = Opts::parse();
     init_logging(opts.verbose);
 
+    if let Some(Command::Advise(a)) = &opts.command {
+        return match advise::run(a, &mut std::io::stdout()) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(advise::Error::Usage(e)) => {
+                error!("{e}");
+                ExitCode::from(EXIT_USAGE)
+            }
+            Err(advise::Error::Other(e)) => {
+                error!("advise: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     if opts.help_stats {
-        if let Err(e) = stats::server_data().describe_meta(&mut std::io::stdout(), None) {
+        if let Err(e) = stats::server_data::<(), ()>().describe_meta(&mut std::io::stdout(), None) {
             error!("{e:#}");
             return ExitCode::FAILURE;
         }

@@ -15,6 +15,14 @@ fn us_in(min: u64, max: u64) -> impl Fn(&str) -> Result<u64, String> + Clone {
     }
 }
 
+fn pct(s: &str) -> Result<f64, String> {
+    let v: f64 = s.trim().parse().map_err(|_| format!("\"{s}\" is not a percentage"))?;
+    if !(0.0..=100.0).contains(&v) {
+        return Err(format!("{v} is out of range (allowed 0..=100 %)"));
+    }
+    Ok(v)
+}
+
 fn secs(s: &str) -> Result<f64, String> {
     let v: f64 = s.trim().parse().map_err(|_| format!("\"{s}\" is not a number of seconds"))?;
     if !(0.01..=86_400.0).contains(&v) {
@@ -42,8 +50,11 @@ fn group_id(s: &str) -> Result<u32, String> {
 /// scx_bandwidth: a sched_ext scheduler that enforces cgroup CPU bandwidth
 /// limits (quota per period, like cpu.max) exactly and observably.
 #[derive(Debug, Parser)]
-#[command(version, about)]
+#[command(version, about, args_conflicts_with_subcommands = true)]
 pub struct Opts {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+
     /// Limits to enforce besides cgroupfs: a TOML file with one [[group]] table
     /// per limited cgroup and [[rule]] tables for cgroups matched by glob (see
     /// configs/example.toml); a cgroup named by a group follows the file, not its
@@ -108,6 +119,12 @@ pub struct Opts {
     #[arg(long, value_name = "FILE", conflicts_with = "monitor")]
     pub metrics_textfile: Option<PathBuf>,
 
+    /// How far back each limited group's per-period history reaches, which
+    /// `advise` replays: 8 bytes per period, at most 36000 periods (281 KiB) per
+    /// group. 0 keeps none.
+    #[arg(long, default_value_t = 3600, value_name = "SECS", value_parser = clap::value_parser!(u64).range(0..=86_400))]
+    pub history_secs: u64,
+
     /// Describe every statistic (the fields of the stats socket's JSON) and exit.
     #[arg(long)]
     pub help_stats: bool,
@@ -125,4 +142,38 @@ pub struct Opts {
     /// More log output (repeat for libbpf debug output).
     #[arg(short, long, action = clap::ArgAction::Count)]
     pub verbose: u8,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum Command {
+    /// Do not run a scheduler: from the running instance's per-period history,
+    /// tell for each limited group what its limit costs in throttled periods and
+    /// the smallest burst (or, if none is enough, quota) that meets a target
+    /// (read-only, from the stats socket, like --monitor).
+    Advise(AdviseOpts),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct AdviseOpts {
+    /// Only this group (its cgroup path as the statistics name it).
+    #[arg(long, value_name = "PATH")]
+    pub cgroup: Option<String>,
+
+    /// The target: at most this share of periods throttled.
+    #[arg(long, default_value_t = 5.0, value_name = "PCT", value_parser = pct)]
+    pub max_throttled_pct: f64,
+
+    /// Predict for this burst instead of searching one (with --quota-us or the
+    /// group's quota).
+    #[arg(long, value_name = "US")]
+    pub burst_us: Option<u64>,
+
+    /// Predict for this quota instead of searching one (with --burst-us or the
+    /// group's burst).
+    #[arg(long, value_name = "US", value_parser = us_in(1_000, (1 << 44) - 1))]
+    pub quota_us: Option<u64>,
+
+    /// Print JSON (one object per group) instead of the table.
+    #[arg(long)]
+    pub json: bool,
 }

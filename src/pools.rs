@@ -161,12 +161,128 @@ pub fn short_period_stride(period: Duration, short: Duration) -> u32 {
     short.as_nanos().div_ceil(period.as_nanos()) as u32
 }
 
-/// Periods of usage history kept per group.
+/// Periods of usage the statistics report per group (`history_usec`).
 pub const HISTORY: usize = 32;
+
+/// Most records a group's [`History`] keeps, whatever its window: an hour at the
+/// default 100 ms period, 8 bytes each (281 KiB per group).
+pub const MAX_RECORDS: usize = 36_000;
+
+/// Whether a group whose refill just left `refilled` in its pool, and which used
+/// nothing in the period, stops its timer (the agent, period.rs; the advisor's
+/// replay): only with nothing to accumulate, its pool at one quota.
+pub fn goes_idle(unused: bool, refilled: i64, quota: u64, burst: u64) -> bool {
+    unused && refilled == refill(0, quota, burst)
+}
+
+/// One record of a group's history: the period (or the periods, when the refill
+/// was late) one refill closed, or a stretch with the timer stopped (idle).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Record {
+    /// CPU time the group used (µs).
+    pub used_us: u64,
+    /// Time its parked tasks waited before they ran again (µs): what throttling
+    /// denied them. Booked when they ran, in the next period.
+    pub denied_us: u64,
+    /// Periods the record covers: 1, more when the refill was late, or the
+    /// periods an idle stretch lasted.
+    pub periods: u64,
+    /// The period ended throttled.
+    pub throttled: bool,
+    /// An idle stretch: no timer, no refill, no period counted.
+    pub idle: bool,
+}
+
+const USED_BITS: u32 = 27;
+const DENIED_BITS: u32 = 27;
+const PERIODS_BITS: u32 = 8;
+
+impl Record {
+    /// Packed in 8 bytes: used and denied saturate at 2^27 µs (134 s), periods at 255.
+    fn pack(&self) -> u64 {
+        let sat = |v: u64, bits: u32| v.min((1 << bits) - 1);
+        sat(self.used_us, USED_BITS)
+            | sat(self.denied_us, DENIED_BITS) << USED_BITS
+            | sat(self.periods, PERIODS_BITS) << (USED_BITS + DENIED_BITS)
+            | (self.throttled as u64) << 62
+            | (self.idle as u64) << 63
+    }
+
+    fn unpack(v: u64) -> Self {
+        let field = |shift: u32, bits: u32| (v >> shift) & ((1 << bits) - 1);
+        Self {
+            used_us: field(0, USED_BITS),
+            denied_us: field(USED_BITS, DENIED_BITS),
+            periods: field(USED_BITS + DENIED_BITS, PERIODS_BITS),
+            throttled: v >> 62 & 1 == 1,
+            idle: v >> 63 == 1,
+        }
+    }
+}
+
+/// A group's records, oldest first, at most `cap` (the agent's --history-secs
+/// over the group's period, at most [`MAX_RECORDS`]); memory is taken as records
+/// come, so an idle or short-lived group costs little.
+#[derive(Clone, Debug, Default)]
+pub struct History {
+    ring: VecDeque<u64>,
+    cap: usize,
+}
+
+impl History {
+    pub fn new(cap: usize) -> Self {
+        Self { ring: VecDeque::new(), cap: cap.min(MAX_RECORDS) }
+    }
+
+    pub fn push(&mut self, r: Record) {
+        if self.cap == 0 {
+            return;
+        }
+        if self.ring.len() == self.cap {
+            self.ring.pop_front();
+        } else if self.ring.len() == self.ring.capacity() {
+            // Grow by doubling up to the cap, never past it.
+            self.ring.reserve_exact(self.ring.len().max(16).min(self.cap - self.ring.len()));
+        }
+        self.ring.push_back(r.pack());
+    }
+
+    /// Add `us` of denied time to the newest record.
+    fn deny(&mut self, us: u64) {
+        if let Some(last) = self.ring.back_mut() {
+            let mut r = Record::unpack(*last);
+            r.denied_us += us;
+            *last = r.pack();
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.ring.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ring.is_empty()
+    }
+
+    pub fn clear(&mut self) {
+        self.ring.clear();
+    }
+
+    pub fn records(&self) -> impl DoubleEndedIterator<Item = Record> + ExactSizeIterator + '_ {
+        self.ring.iter().map(|&v| Record::unpack(v))
+    }
+
+    /// CPU time (µs) of the last `n` periods a refill closed, oldest first.
+    pub fn recent_used_us(&self, n: usize) -> Vec<u64> {
+        let mut v: Vec<u64> = self.records().rev().filter(|r| !r.idle).take(n).map(|r| r.used_us).collect();
+        v.reverse();
+        v
+    }
+}
 
 /// What the agent books for one group at each refill: the kernel's burst figures
 /// (runtime moved out of the pool), the same from CPU time really used, and the
-/// usage of the last [`HISTORY`] periods.
+/// group's [`History`].
 #[derive(Clone, Debug, Default)]
 pub struct PeriodBook {
     /// Pool right after the last refill, and the group's usage (ns) then.
@@ -178,8 +294,11 @@ pub struct PeriodBook {
     pub burst_ns: u64,
     pub used_nr_bursts: u64,
     pub used_burst_ns: u64,
-    /// CPU time used in each of the last periods, oldest first.
-    pub history: VecDeque<u64>,
+    /// bw_group.wait_sum_ns at the last refill.
+    pub wait_at_refill: u64,
+    pub history: History,
+    /// The period the history was recorded at (0: none yet).
+    pub history_period_us: u64,
 }
 
 impl PeriodBook {
@@ -189,9 +308,30 @@ impl PeriodBook {
         self.refilled_at = Some(now);
     }
 
+    /// The group's timer was stopped from its last refill until `now` (a wake):
+    /// book the whole periods of that stretch as an idle record.
+    pub fn idle_until(&mut self, period: Duration, now: Instant) {
+        let Some(since) = self.refilled_at else { return };
+        let periods = (now.saturating_duration_since(since).as_nanos() / period.as_nanos().max(1)) as u64;
+        if periods > 0 {
+            self.history.push(Record { periods, idle: true, ..Default::default() });
+        }
+    }
+
     /// Book the period(s) a refill closes: the pool had `left` and now holds
-    /// `refilled`, the group's usage is `usage`, `overrun` periods elapsed.
-    pub fn close(&mut self, quota: u64, period: Duration, left: i64, refilled: i64, usage: u64, overrun: u64, now: Instant) {
+    /// `refilled`, the group's usage is `usage` and the sum of its parked tasks'
+    /// waits `wait_sum` (ns), `overrun` periods elapsed, it was `throttled`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn close(
+        &mut self,
+        quota: u64,
+        period: Duration,
+        (left, refilled): (i64, i64),
+        (usage, wait_sum): (u64, u64),
+        overrun: u64,
+        throttled: bool,
+        now: Instant,
+    ) {
         if let Some(b) = pool_burst(self.snap, left, quota) {
             self.nr_bursts += 1;
             self.burst_ns += b;
@@ -202,10 +342,11 @@ impl PeriodBook {
             self.used_nr_bursts += 1;
             self.used_burst_ns += b;
         }
-        if self.history.len() == HISTORY {
-            self.history.pop_front();
-        }
-        self.history.push_back(used);
+        // Tasks parked in the last period ran again after its refill: their waits
+        // belong to it.
+        self.history.deny(wait_sum.saturating_sub(self.wait_at_refill) / 1_000);
+        self.wait_at_refill = wait_sum;
+        self.history.push(Record { used_us: used / 1_000, periods: overrun, throttled, ..Default::default() });
         self.snap = refilled;
         self.start(usage, now);
     }

@@ -386,7 +386,7 @@ impl Metrics {
     }
 }
 
-fn clip(s: &str, n: usize) -> String {
+pub(crate) fn clip(s: &str, n: usize) -> String {
     if s.chars().count() <= n {
         s.to_string()
     } else {
@@ -409,7 +409,7 @@ pub fn monotonic_ns() -> u64 {
 }
 
 /// The scx_stats server's description of every figure (`--help-stats`).
-pub fn server_data() -> StatsServerData<(), Metrics> {
+pub fn server_data<Req: Send + 'static, Res: Send + 'static>() -> StatsServerData<Req, Res> {
     StatsServerData::new().add_meta(Metrics::meta()).add_meta(GroupMetrics::meta())
 }
 
@@ -571,7 +571,7 @@ mod tests {
     #[test]
     fn every_field_is_described() {
         let mut out = Vec::new();
-        server_data().describe_meta(&mut out, None).unwrap();
+        server_data::<(), ()>().describe_meta(&mut out, None).unwrap();
         let text = String::from_utf8(out).unwrap();
         for f in ["usage_usec", "nr_throttled", "throttled_usec", "wait_p99_us", "timer_late_p99_us", "slack_returned_usec"] {
             assert!(text.contains(f), "{f} missing from:\n{text}");

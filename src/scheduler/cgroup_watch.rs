@@ -99,7 +99,7 @@ impl<'a> Scheduler<'a> {
         let (q, b) = self.groups[slot].limits_ns(self.no_burst);
         let full = pools::refill(0, q, b);
         self.pool(slot).store(full, Ordering::Release);
-        let usage = self.bss().bw_groups[slot].usage;
+        let (usage, wait_sum) = (self.bss().bw_groups[slot].usage, self.bss().bw_groups[slot].wait_sum_ns);
         self.bss().bw_groups[slot].cgid = cgid;
         self.cover_slot(slot);
         self.skel
@@ -109,6 +109,8 @@ impl<'a> Scheduler<'a> {
             .with_context(|| format!("mapping cgroup {}", self.groups[slot].cfg.cgroup))?;
         let g = &mut self.groups[slot];
         g.book.snap = full;
+        g.book.wait_at_refill = wait_sum;
+        g.keep_history(self.history_secs);
         g.slack_at = None;
         self.start_period(slot, usage, now);
         Ok(())

@@ -15,7 +15,7 @@ use anyhow::Result;
 use super::{Scheduler, NSEC_PER_USEC};
 use crate::cgroups::CgroupWatch;
 use crate::config::{self, GroupConfig};
-use crate::pools::{PeriodBook, PeriodTimer};
+use crate::pools::{History, PeriodBook, PeriodTimer};
 
 /// Where a group's limit comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -88,10 +88,22 @@ impl Group {
     }
 
     /// Account the period(s) a refill closes: pool-based and used-based bursts and the
-    /// usage history.
-    pub(super) fn close_period(&mut self, left: i64, refilled: i64, usage: u64, overrun: u64, now: Instant) {
+    /// history (usage, the parked tasks' waits `wait_sum`, whether it was throttled).
+    pub(super) fn close_period(&mut self, pool: (i64, i64), counters: (u64, u64), overrun: u64, throttled: bool, now: Instant) {
         let (quota, period) = (self.cfg.quota_us * NSEC_PER_USEC, Duration::from_micros(self.cfg.period_us));
-        self.book.close(quota, period, left, refilled, usage, overrun, now);
+        self.book.close(quota, period, pool, counters, overrun, throttled, now);
+    }
+
+    /// A history of `secs` for this group's period, kept across limit changes that
+    /// keep the period (the usage it records does not depend on the quota);
+    /// started afresh when the period changes.
+    pub(super) fn keep_history(&mut self, secs: u64) {
+        let period = self.cfg.period_us.max(1);
+        if self.book.history_period_us != period {
+            let cap = (secs.saturating_mul(1_000_000) / period) as usize;
+            self.book.history = History::new(cap);
+            self.book.history_period_us = period;
+        }
     }
 }
 

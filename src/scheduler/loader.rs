@@ -89,6 +89,7 @@ impl<'a> Scheduler<'a> {
             groups,
             stats_every: opts.stats.map(Duration::from_secs_f64),
             no_burst: opts.no_burst,
+            history_secs: opts.history_secs,
             realtime: false,
             refills: 0,
             slack_distributions: 0,

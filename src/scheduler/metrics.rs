@@ -12,17 +12,62 @@ use log::{error, info, warn};
 use scx_stats::prelude::*;
 
 use super::loader::{read_all_local_runtimes, read_counters};
-use super::{cost, LoopWaker, Origin, Scheduler, NSEC_PER_USEC};
+use super::{cost, Group, LoopWaker, Origin, Scheduler, NSEC_PER_USEC};
+use crate::advise::GroupHistory;
 use crate::stats::{self, GroupMetrics, Metrics};
+
+/// What a client of the stats socket asks the run loop for.
+pub(super) enum Ask {
+    /// The statistics (target "top", the default).
+    Top,
+    /// Target "history": the per-period history of the group whose cgroup is
+    /// given (argument "cgroup"), or without one the list of groups.
+    History(Option<String>),
+}
+
+type Answer = Result<serde_json::Value, String>;
 
 /// The stats server and the main loop's end of its request channel.
 pub(super) struct StatsLink {
-    _server: StatsServer<(), Metrics>,
-    pub(super) res: Sender<Metrics>,
-    pub(super) req: Receiver<()>,
+    _server: StatsServer<Ask, Answer>,
+    pub(super) res: Sender<Answer>,
+    pub(super) req: Receiver<Ask>,
 }
 
 impl<'a> Scheduler<'a> {
+    /// The answer to a stats socket request.
+    pub(super) fn answer(&mut self, ask: Ask) -> Answer {
+        match ask {
+            Ask::Top => self.metrics().to_json().map_err(|e| format!("{e:#}")),
+            Ask::History(None) => {
+                let names: Vec<&str> = self.groups.iter().filter(|g| !g.free).map(|g| g.cfg.cgroup.as_str()).collect();
+                Ok(serde_json::json!({ "cgroups": names }))
+            }
+            Ask::History(Some(cg)) => {
+                let want = cg.trim_matches('/');
+                let slot = self
+                    .groups
+                    .iter()
+                    .position(|g| !g.free && g.cfg.cgroup.trim_matches('/') == want)
+                    .ok_or_else(|| format!("no limited group {cg:?}"))?;
+                let wait_p99_us = stats::hist_percentile(&self.bss().bw_groups[slot].wait_hist, 0.99);
+                let g = &self.groups[slot];
+                let h = GroupHistory {
+                    cgroup: g.cfg.cgroup.clone(),
+                    source: source(g),
+                    quota_us: g.cfg.quota_us,
+                    period_us: g.cfg.period_us,
+                    burst_us: if self.no_burst { 0 } else { g.cfg.burst_us },
+                    nr_cpus: libbpf_rs::num_possible_cpus().unwrap_or(1) as u64,
+                    wait_p99_us,
+                    ..Default::default()
+                }
+                .from_records(g.book.history.records());
+                serde_json::to_value(h).map_err(|e| e.to_string())
+            }
+        }
+    }
+
     /// A snapshot of every statistic (see stats.rs).
     pub fn metrics(&mut self) -> Metrics {
         self.resolve_paths();
@@ -63,11 +108,7 @@ impl<'a> Scheduler<'a> {
             m.groups.push(GroupMetrics {
                 cgroup: g.cfg.cgroup.clone(),
                 state: if g.timer.is_some() { "enforced" } else { "absent" }.into(),
-                source: match (g.origin, &g.rule) {
-                    (Origin::Config, _) => "config".into(),
-                    (Origin::Cgroupfs { .. }, Some(rule)) => rule.clone(),
-                    (Origin::Cgroupfs { .. }, None) => "cpu.max".into(),
-                },
+                source: source(g),
                 quota_us: g.cfg.quota_us,
                 period_us: g.cfg.period_us,
                 burst_us: if self.no_burst { 0 } else { g.cfg.burst_us },
@@ -91,10 +132,19 @@ impl<'a> Scheduler<'a> {
                 wait_max_us: us(b.wait_max_ns),
                 wait_sum_us: us(b.wait_sum_ns),
                 wait_hist: b.wait_hist[..b.wait_hist.iter().rposition(|&n| n != 0).map_or(0, |i| i + 1)].to_vec(),
-                history_usec: g.book.history.iter().map(|&ns| us(ns)).collect(),
+                history_usec: g.book.history.recent_used_us(crate::pools::HISTORY),
             });
         }
         m
+    }
+}
+
+/// Where a group's limit comes from, as the statistics say it.
+fn source(g: &Group) -> String {
+    match (g.origin, &g.rule) {
+        (Origin::Config, _) => "config".into(),
+        (Origin::Cgroupfs { .. }, Some(rule)) => rule.clone(),
+        (Origin::Cgroupfs { .. }, None) => "cpu.max".into(),
     }
 }
 
@@ -107,15 +157,16 @@ pub(super) fn launch_stats_server(group: Option<u32>, waker: LoopWaker) -> Optio
     // creates files; it makes the socket root-only from the start (0700: bind
     // gives a socket 0777 less the umask), and 0600 below.
     let old = unsafe { libc::umask(0o077) };
-    let launched = StatsServer::<(), Metrics>::new(stats::server_data().add_stats(
-        "top",
-        Box::new(move |_args, (req, res): (&Sender<()>, &Receiver<Metrics>)| {
-            req.send(())?;
-            waker.wake();
-            res.recv()?.to_json()
-        }),
-    ))
-    .launch();
+    let ask = move |what: Ask, (req, res): (&Sender<Ask>, &Receiver<Answer>)| -> anyhow::Result<serde_json::Value> {
+        req.send(what)?;
+        waker.wake();
+        res.recv()?.map_err(anyhow::Error::msg)
+    };
+    let ask2 = ask.clone();
+    let data = stats::server_data::<Ask, Answer>()
+        .add_stats("top", Box::new(move |_args, ch| ask(Ask::Top, ch)))
+        .add_stats("history", Box::new(move |args, ch| ask2(Ask::History(args.get("cgroup").cloned()), ch)));
+    let launched = StatsServer::new(data).launch();
     unsafe { libc::umask(old) };
     match launched {
         Ok(server) => {

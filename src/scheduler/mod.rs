@@ -67,6 +67,8 @@ pub struct Scheduler<'a> {
     groups: Vec<Group>,
     stats_every: Option<Duration>,
     no_burst: bool,
+    /// --history-secs: how long a group's per-period history reaches back.
+    history_secs: u64,
     /// The agent thread runs SCHED_FIFO (except for housekeeping).
     realtime: bool,
     refills: u64,

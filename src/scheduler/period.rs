@@ -71,6 +71,7 @@ impl<'a> Scheduler<'a> {
         let ago = Duration::from_nanos(stats::monotonic_ns().saturating_sub(self.refill_stamp(slot)));
         let start = if ago < period { now.checked_sub(ago).unwrap_or(now) } else { now };
         let usage = self.bss().bw_groups[slot].usage;
+        self.groups[slot].book.idle_until(period, start);
         self.start_period(slot, usage, start);
     }
 
@@ -86,7 +87,7 @@ impl<'a> Scheduler<'a> {
     /// Period timer expiry for `slot`: count the periods, refill the pool
     /// once and release the group's parked tasks.
     fn refill(&mut self, slot: usize, overrun: u64) -> Result<()> {
-        let (throttled, parked, usage, short_throttled) = {
+        let (throttled, parked, usage, short_throttled, wait_sum) = {
             let g = &self.bss().bw_groups[slot];
             // SAFETY: plain reads of fields BPF updates concurrently.
             unsafe {
@@ -95,6 +96,7 @@ impl<'a> Scheduler<'a> {
                     std::ptr::read_volatile(&g.nr_parked),
                     std::ptr::read_volatile(&g.usage),
                     std::ptr::read_volatile(&g.nr_short_throttled),
+                    std::ptr::read_volatile(&g.wait_sum_ns),
                 )
             }
         };
@@ -144,7 +146,8 @@ impl<'a> Scheduler<'a> {
         // The pool-based burst figure needs the pool right after our last refill; BPF
         // refilled it since, every period: not counted for such a group.
         let left = if bpf_timed { g.book.snap } else { left };
-        g.close_period(left, refilled, usage, overrun, Instant::now());
+        let ended_throttled = if bpf_timed { short_throttled_periods > 0 } else { throttled != 0 };
+        g.close_period((left, refilled), (usage, wait_sum), overrun, ended_throttled, Instant::now());
         // The refill distributes whatever slack was waiting.
         g.slack_at = None;
         let release = throttled != 0 || parked != g.seen_parked;
@@ -153,7 +156,7 @@ impl<'a> Scheduler<'a> {
         self.clear_slack_pending(slot);
         if release {
             self.unthrottle(slot)?;
-        } else if unused && refilled == pools::refill(0, q, b) {
+        } else if pools::goes_idle(unused, refilled, q, b) {
             self.go_idle(slot, refilled);
         }
         Ok(())
@@ -230,11 +233,11 @@ impl<'a> Scheduler<'a> {
                     self.cost.events_time += t.elapsed();
                 }
             }
-            while self.stats.as_ref().is_some_and(|l| l.req.try_recv().is_ok()) {
+            while let Some(ask) = self.stats.as_ref().and_then(|l| l.req.try_recv().ok()) {
                 self.housekeeping(|s| {
-                    let m = s.metrics();
+                    let answer = s.answer(ask);
                     if let Some(link) = &s.stats {
-                        let _ = link.res.send(m);
+                        let _ = link.res.send(answer);
                     }
                     Ok(())
                 })?;

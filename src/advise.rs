@@ -1,0 +1,667 @@
+//! `scx_bandwidth advise`: which quota and burst a group needs, from what it used.
+//!
+//! The agent keeps, per limited group, a record of every period (pools::History):
+//! the CPU time the group used, the time its parked tasks waited (what throttling
+//! denied them), whether the period ended throttled, and the stretches its timer
+//! was stopped. `advise` reads that history from the stats socket and replays it
+//! through the agent's own refill arithmetic (pools::refill, pools::goes_idle) for
+//! other settings.
+//!
+//! What a group used in a throttled period is not what it wanted: the rest waited.
+//! The model (see [`demand`]): work that waited is done later, first thing, so the
+//! backlog at the end of a throttled period is at most what its tasks were denied
+//! and at most what the group ran afterwards until a period ended unthrottled; the
+//! group's demand in a period is what it ran plus the backlog it left minus the
+//! backlog it found. A stretch still throttled when the history ends has no such
+//! end: there the demand is what ran plus all that was denied (a group that always
+//! wants more than its limit). The replay is a queue with that demand: each period
+//! the group runs what is waiting, up to its pool and the machine's CPUs, and the
+//! period is throttled when work is left over because the pool ran dry.
+
+use serde::{Deserialize, Serialize};
+
+use crate::config;
+use crate::pools::{self, Record};
+
+const NSEC_PER_USEC: u64 = 1_000;
+
+/// A group's history as the stats socket serves it (target "history"): one
+/// column per record field, oldest first.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct GroupHistory {
+    pub cgroup: String,
+    /// Where the limit comes from: "config", "cpu.max" or "rule NAME".
+    pub source: String,
+    pub quota_us: u64,
+    pub period_us: u64,
+    pub burst_us: u64,
+    /// CPUs the group can run on at once (the machine's).
+    pub nr_cpus: u64,
+    /// p99 of the time parked tasks waited, since the agent started (µs).
+    pub wait_p99_us: u64,
+    pub used_us: Vec<u64>,
+    pub denied_us: Vec<u64>,
+    pub periods: Vec<u64>,
+    pub throttled: Vec<bool>,
+    pub idle: Vec<bool>,
+}
+
+impl GroupHistory {
+    pub fn from_records<'r>(mut self, records: impl Iterator<Item = Record> + 'r) -> Self {
+        for r in records {
+            self.used_us.push(r.used_us);
+            self.denied_us.push(r.denied_us);
+            self.periods.push(r.periods);
+            self.throttled.push(r.throttled);
+            self.idle.push(r.idle);
+        }
+        self
+    }
+
+    /// The records, checked: every column as long as the first.
+    pub fn records(&self) -> Result<Vec<Record>, String> {
+        let n = self.used_us.len();
+        if [self.denied_us.len(), self.periods.len(), self.throttled.len(), self.idle.len()].iter().any(|&l| l != n) {
+            return Err(format!("{}: history columns of different lengths", self.cgroup));
+        }
+        Ok((0..n)
+            .map(|i| Record {
+                used_us: self.used_us[i],
+                denied_us: self.denied_us[i],
+                periods: self.periods[i],
+                throttled: self.throttled[i],
+                idle: self.idle[i],
+            })
+            .collect())
+    }
+}
+
+/// What the group wanted in one record's span (µs of CPU), by the model above.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Step {
+    pub demand_us: u64,
+    pub periods: u64,
+    /// The real group's timer was stopped (no demand; see [`replay`]).
+    pub idle: bool,
+}
+
+/// The demand behind `records` (module docs). The newest record is left out by the
+/// caller when its waits are not booked yet (they are booked a period later).
+pub fn demand(records: &[Record], period_us: u64, nr_cpus: u64) -> Vec<Step> {
+    let n = records.len();
+    // Backlog left at the end of each record, from the newest back.
+    let mut backlog = vec![0u64; n];
+    // Inside a throttled stretch that reaches the newest record.
+    let mut open = true;
+    let mut after = 0u64; // used + backlog of the next record
+    for i in (0..n).rev() {
+        let r = &records[i];
+        if r.idle || !r.throttled {
+            open = false;
+            backlog[i] = 0;
+        } else if open {
+            backlog[i] = r.denied_us;
+        } else {
+            backlog[i] = r.denied_us.min(after);
+        }
+        after = r.used_us + backlog[i];
+    }
+    let mut prev = 0u64;
+    let mut open_from = n;
+    for i in (0..n).rev() {
+        if records[i].idle || !records[i].throttled {
+            break;
+        }
+        open_from = i;
+    }
+    records
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let cap = nr_cpus.max(1).saturating_mul(period_us).saturating_mul(r.periods.max(1));
+            let d = if r.idle {
+                0
+            } else if i >= open_from {
+                // Wanted all it was denied, period after period; nothing carried.
+                r.used_us + r.denied_us
+            } else {
+                (r.used_us + backlog[i]).saturating_sub(prev)
+            };
+            prev = if i >= open_from { 0 } else { backlog[i] };
+            Step { demand_us: d.min(cap), periods: r.periods, idle: r.idle }
+        })
+        .collect()
+}
+
+/// A limit to replay (the period is the group's).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Setting {
+    pub quota_us: u64,
+    pub burst_us: u64,
+}
+
+/// What a replay found.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Outcome {
+    /// Periods counted (the agent's nr_periods: idle periods are not).
+    pub periods: u64,
+    /// Of those, ended throttled (nr_throttled).
+    pub throttled: u64,
+    /// Work carried over a refill, summed over the refills (CPU µs): the time
+    /// throttling pushed work back, weighted by how much waited.
+    pub deferred_us: u64,
+    /// CPU time the group ran (µs).
+    pub used_us: u64,
+}
+
+impl Outcome {
+    pub fn throttled_pct(&self) -> f64 {
+        if self.periods == 0 {
+            0.0
+        } else {
+            100.0 * self.throttled as f64 / self.periods as f64
+        }
+    }
+}
+
+/// Replay `steps` under `s` with the agent's arithmetic: the pool starts full
+/// (activation), each record's span runs from the pool and ends with one refill
+/// (once for a late timer's several periods, as the agent does), and an unused
+/// period whose refill leaves one quota stops the timer (pools::goes_idle) until
+/// demand comes. A stretch in which the real group idled is, for a setting
+/// under which it would not idle, that many unused periods.
+pub fn replay(steps: &[Step], period_us: u64, nr_cpus: u64, s: Setting) -> Outcome {
+    let (q, b) = (s.quota_us * NSEC_PER_USEC, s.burst_us * NSEC_PER_USEC);
+    let mut pool = pools::refill(0, q, b);
+    let mut backlog = 0u64; // µs
+    let mut idle = false;
+    let mut out = Outcome::default();
+    let period = |out: &mut Outcome, pool: &mut i64, backlog: &mut u64, idle: &mut bool, new: u64, n: u64| {
+        let want = *backlog + new;
+        if *idle {
+            if want == 0 {
+                return;
+            }
+            *idle = false;
+        }
+        let have = (*pool).max(0) as u64 / NSEC_PER_USEC;
+        let cpus = nr_cpus.max(1).saturating_mul(period_us).saturating_mul(n.max(1));
+        let ran = want.min(have).min(cpus);
+        *pool -= (ran * NSEC_PER_USEC) as i64;
+        *backlog = want - ran;
+        out.periods += n;
+        out.used_us += ran;
+        let throttled = *backlog > 0 && ran == have;
+        if throttled {
+            out.throttled += n;
+        }
+        out.deferred_us += *backlog;
+        *pool = pools::refill(*pool, q, b);
+        // A throttled group's refill releases it; only an untouched one stops.
+        if !throttled && pools::goes_idle(ran == 0, *pool, q, b) {
+            *idle = true;
+        }
+    };
+    for st in steps {
+        if st.idle {
+            for _ in 0..st.periods {
+                if idle && backlog == 0 {
+                    break;
+                }
+                period(&mut out, &mut pool, &mut backlog, &mut idle, 0, 1);
+            }
+        } else {
+            period(&mut out, &mut pool, &mut backlog, &mut idle, st.demand_us, st.periods);
+        }
+    }
+    out
+}
+
+/// The smallest value in `lo..=hi` for which `ok` holds, assuming it holds from
+/// some value on (more runtime never throttles more); None if not even at `hi`.
+fn smallest(lo: u64, hi: u64, ok: impl Fn(u64) -> bool) -> Option<u64> {
+    if lo > hi || !ok(hi) {
+        return None;
+    }
+    let (mut lo, mut hi) = (lo, hi);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if ok(mid) {
+            hi = mid;
+        } else {
+            lo = mid + 1;
+        }
+    }
+    Some(lo)
+}
+
+/// Headroom added to the burst or quota the replay found just enough: the replay
+/// is exact arithmetic on estimated demand, the real group runs in slices and its
+/// burns vary; 10 % of the found value, at least 1 ms, rounded up to whole ms.
+pub fn with_margin(us: u64) -> u64 {
+    let m = us + (us / 10).max(1_000);
+    m.div_ceil(1_000) * 1_000
+}
+
+/// What `advise` tells of one group.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Advice {
+    pub cgroup: String,
+    pub source: String,
+    pub current: Setting,
+    pub period_us: u64,
+    /// Periods in the history used (idle ones included) and the time they span.
+    pub history_periods: u64,
+    pub window_s: f64,
+    /// Share of periods recorded throttled, and the replay's at the current setting
+    /// (how well the model fits).
+    pub recorded_throttled_pct: f64,
+    pub replayed_throttled_pct: f64,
+    pub wait_p99_us: u64,
+    pub target_pct: f64,
+    /// "keep" (the target is met), "burst", "quota", or "none" (not even all
+    /// CPUs would do), "what-if" for a setting the user gave.
+    pub kind: String,
+    pub advised: Setting,
+    pub predicted: Outcome,
+    pub predicted_throttled_pct: f64,
+    /// Average CPUs the advised setting allows beyond the current one (a burst
+    /// adds none: it only lets saved quota be spent later), and the most it lets
+    /// the group use in one period.
+    pub adds_cpus: f64,
+    pub peak_cpus: f64,
+    /// Lines to paste: the cpu.max.burst / cpu.max values and a config stanza.
+    pub paste: Vec<String>,
+}
+
+/// Advise on one group's history: keep its limit if the target is met, else the
+/// smallest burst (≤ quota, the kernel's bound) that meets it, else the smallest
+/// quota (with a burst of one quota). `what_if` replays a given setting instead.
+pub fn advise(h: &GroupHistory, target_pct: f64, what_if: Option<Setting>) -> Result<Advice, String> {
+    let mut records = h.records()?;
+    // The newest period's waits are booked in the next one.
+    records.pop();
+    let steps = demand(&records, h.period_us, h.nr_cpus);
+    let current = Setting { quota_us: h.quota_us, burst_us: h.burst_us };
+    let run = |s: Setting| replay(&steps, h.period_us, h.nr_cpus, s);
+    let meets = |s: Setting| run(s).throttled_pct() <= target_pct;
+    let active: Vec<&Record> = records.iter().filter(|r| !r.idle).collect();
+    let periods: u64 = active.iter().map(|r| r.periods).sum();
+    let throttled: u64 = active.iter().filter(|r| r.throttled).map(|r| r.periods).sum();
+    let max_quota = (h.nr_cpus.max(1) * h.period_us).min(config::MAX_QUOTA_US / 2);
+
+    let (kind, advised) = if let Some(s) = what_if {
+        ("what-if", s)
+    } else if meets(current) {
+        ("keep", current)
+    } else if let Some(b) = smallest(h.burst_us, h.quota_us, |b| meets(Setting { quota_us: h.quota_us, burst_us: b })) {
+        ("burst", Setting { quota_us: h.quota_us, burst_us: with_margin(b).min(h.quota_us) })
+    } else if let Some(q) = smallest(h.quota_us, max_quota, |q| meets(Setting { quota_us: q, burst_us: q })) {
+        let b = smallest(0, q, |b| meets(Setting { quota_us: q, burst_us: b })).unwrap_or(q);
+        let q2 = with_margin(q).min(max_quota);
+        ("quota", Setting { quota_us: q2, burst_us: with_margin(b).min(q2) })
+    } else {
+        ("none", Setting { quota_us: max_quota, burst_us: max_quota })
+    };
+    let predicted = run(advised);
+    let period_s = h.period_us as f64 / 1e6;
+    let mut paste = Vec::new();
+    if kind != "keep" && kind != "none" {
+        paste = paste_lines(h, advised);
+    }
+    Ok(Advice {
+        cgroup: h.cgroup.clone(),
+        source: h.source.clone(),
+        current,
+        period_us: h.period_us,
+        history_periods: records.iter().map(|r| r.periods).sum(),
+        window_s: records.iter().map(|r| r.periods).sum::<u64>() as f64 * period_s,
+        recorded_throttled_pct: if periods == 0 { 0.0 } else { 100.0 * throttled as f64 / periods as f64 },
+        replayed_throttled_pct: run(current).throttled_pct(),
+        wait_p99_us: h.wait_p99_us,
+        target_pct,
+        kind: kind.into(),
+        advised,
+        predicted,
+        predicted_throttled_pct: predicted.throttled_pct(),
+        adds_cpus: (advised.quota_us as f64 - current.quota_us as f64) / h.period_us as f64,
+        peak_cpus: (advised.quota_us + advised.burst_us) as f64 / h.period_us as f64,
+        paste,
+    })
+}
+
+/// How to apply `s` where the group's limit comes from.
+fn paste_lines(h: &GroupHistory, s: Setting) -> Vec<String> {
+    let dir = format!("/sys/fs/cgroup/{}", h.cgroup.trim_start_matches('/'));
+    let mut lines = Vec::new();
+    if h.source == "cpu.max" {
+        if s.quota_us != h.quota_us {
+            lines.push(format!("echo '{} {}' > {dir}/cpu.max", s.quota_us, h.period_us));
+        }
+        lines.push(format!("echo {} > {dir}/cpu.max.burst", s.burst_us));
+    } else if let Some(rule) = h.source.strip_prefix("rule ") {
+        lines.push(format!("# limit from rule {rule}: change the rule, or add this [[group]] for the one cgroup"));
+    }
+    lines.push("[[group]]".into());
+    lines.push(format!("cgroup = \"{}\"", h.cgroup));
+    lines.push(format!("quota_us = {}", s.quota_us));
+    lines.push(format!("period_us = {}", h.period_us));
+    lines.push(format!("burst_us = {}", s.burst_us));
+    lines
+}
+
+/// Why `advise` failed: bad input (exit 2) or anything else.
+#[derive(Debug)]
+pub enum Error {
+    Usage(String),
+    Other(anyhow::Error),
+}
+
+impl From<anyhow::Error> for Error {
+    fn from(e: anyhow::Error) -> Self {
+        Error::Other(e)
+    }
+}
+
+/// `scx_bandwidth advise`: ask the running instance for each group's history
+/// (or `--cgroup`'s), advise, print.
+pub fn run(o: &crate::opts::AdviseOpts, out: &mut impl std::io::Write) -> Result<(), Error> {
+    use anyhow::Context;
+    let mut client = scx_stats::prelude::StatsClient::new()
+        .set_path(crate::stats::SOCKET)
+        .connect(Some(10_000))
+        .with_context(|| format!("cannot reach a running scx_bandwidth at {} (is it running? root?)", crate::stats::SOCKET))?;
+    let mut ask = |args: Vec<(String, String)>| -> anyhow::Result<serde_json::Value> {
+        let mut a = vec![("target".to_string(), "history".to_string())];
+        a.extend(args);
+        client.request::<serde_json::Value>("stats", a)
+    };
+    let names: Vec<String> = match &o.cgroup {
+        Some(cg) => vec![cg.clone()],
+        None => serde_json::from_value(ask(vec![])?["cgroups"].clone()).context("history: the list of groups")?,
+    };
+    let mut all = Vec::new();
+    for name in &names {
+        let h = match ask(vec![("cgroup".into(), name.clone())]) {
+            Ok(v) => serde_json::from_value::<GroupHistory>(v).with_context(|| format!("history of {name}"))?,
+            Err(e) if o.cgroup.is_some() => return Err(Error::Usage(format!("--cgroup {name}: {e:#}"))),
+            // A group that left between the list and its request.
+            Err(_) => continue,
+        };
+        let what_if = (o.burst_us.is_some() || o.quota_us.is_some()).then(|| Setting {
+            quota_us: o.quota_us.unwrap_or(h.quota_us),
+            burst_us: o.burst_us.unwrap_or(h.burst_us),
+        });
+        if let Some(s) = what_if {
+            if s.burst_us > s.quota_us {
+                return Err(Error::Usage(format!(
+                    "--burst-us {}: out of range for {name} (allowed 0..={}, the quota: the kernel's bound)",
+                    s.burst_us, s.quota_us
+                )));
+            }
+        }
+        all.push(advise(&h, o.max_throttled_pct, what_if).map_err(|e| Error::Other(anyhow::anyhow!(e)))?);
+    }
+    if o.json {
+        for a in &all {
+            writeln!(out, "{}", serde_json::to_string(a).context("json")?).context("stdout")?;
+        }
+    } else {
+        format(&all, out).context("stdout")?;
+    }
+    Ok(())
+}
+
+/// The human report of `advise`.
+pub fn format(advice: &[Advice], out: &mut impl std::io::Write) -> std::io::Result<()> {
+    let ms = |us: u64| us as f64 / 1e3;
+    writeln!(
+        out,
+        "{:<32} {:>22} {:>8} {:>9} {:>9} {:>9}  advice",
+        "cgroup", "limit q/p+burst (ms)", "window", "throttled", "replayed", "wait p99"
+    )?;
+    for a in advice {
+        writeln!(
+            out,
+            "{:<32} {:>22} {:>7.0}s {:>8.1}% {:>8.1}% {:>7.1}ms  {}",
+            crate::stats::clip(&a.cgroup, 32),
+            format!("{}/{}+{}", ms(a.current.quota_us), ms(a.period_us), ms(a.current.burst_us)),
+            a.window_s,
+            a.recorded_throttled_pct,
+            a.replayed_throttled_pct,
+            ms(a.wait_p99_us),
+            summary(a),
+        )?;
+    }
+    for a in advice.iter().filter(|a| !a.paste.is_empty()) {
+        writeln!(out, "\n# {}", a.cgroup)?;
+        for l in &a.paste {
+            writeln!(out, "{l}")?;
+        }
+    }
+    Ok(())
+}
+
+fn summary(a: &Advice) -> String {
+    let ms = |us: u64| us as f64 / 1e3;
+    let pred = format!("{:.1}% throttled (target {:.1}%)", a.predicted_throttled_pct, a.target_pct);
+    match a.kind.as_str() {
+        "keep" => format!("keep: {pred}"),
+        "burst" => format!(
+            "burst {} ms: {pred}; average unchanged, peak {:.2} CPUs",
+            ms(a.advised.burst_us),
+            a.peak_cpus
+        ),
+        "quota" => format!(
+            "no burst is enough: quota {} ms + burst {} ms: {pred}; +{:.2} CPUs on average",
+            ms(a.advised.quota_us),
+            ms(a.advised.burst_us),
+            a.adds_cpus
+        ),
+        "what-if" => format!("at {}/{}+{} ms: {pred}", ms(a.advised.quota_us), ms(a.period_us), ms(a.advised.burst_us)),
+        _ => format!("not met even with every CPU: {pred}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pools::{PeriodBook, PeriodTimer};
+    use std::sync::atomic::{AtomicI64, Ordering};
+    use std::time::{Duration, Instant};
+
+    const MS: u64 = 1_000; // µs
+
+    fn rec(used_ms: u64, denied_ms: u64, throttled: bool) -> Record {
+        Record { used_us: used_ms * MS, denied_us: denied_ms * MS, periods: 1, throttled, idle: false }
+    }
+
+    fn demands(steps: &[Step]) -> Vec<u64> {
+        steps.iter().map(|s| s.demand_us / MS).collect()
+    }
+
+    #[test]
+    fn waited_work_belongs_to_the_period_it_waited_in() {
+        // An 80 ms burn under 50 ms per 100 ms: 50 ms ran, 50 ms waited, the rest
+        // (30 ms) ran in the next period.
+        let r = [rec(50, 50, true), rec(30, 0, false), rec(0, 0, false)];
+        assert_eq!(demands(&demand(&r, 100 * MS, 2)), vec![80, 0, 0]);
+        // Two throttled periods in a row: 130 ms of work.
+        let r = [rec(50, 50, true), rec(50, 50, true), rec(30, 0, false)];
+        assert_eq!(demands(&demand(&r, 100 * MS, 2)), vec![100, 30, 0]);
+        // A waiter that had less left than it waited: the later run bounds it.
+        let r = [rec(50, 60, true), rec(10, 0, false)];
+        assert_eq!(demands(&demand(&r, 100 * MS, 2)), vec![60, 0]);
+    }
+
+    #[test]
+    fn an_open_stretch_wants_all_it_was_denied() {
+        // Throttled to the end: a group that always wants more.
+        let r = [rec(10, 0, false), rec(50, 50, true), rec(50, 50, true)];
+        assert_eq!(demands(&demand(&r, 100 * MS, 1)), vec![10, 100, 100]);
+        // Bounded by the CPUs: one CPU, 100 ms periods.
+        let r = [rec(50, 300, true)];
+        assert_eq!(demands(&demand(&r, 100 * MS, 1)), vec![100]);
+    }
+
+    #[test]
+    fn burst_that_covers_a_burn_stops_the_throttling() {
+        // 80 ms burns every 4 periods, 50 ms quota.
+        let mut r = Vec::new();
+        for _ in 0..25 {
+            r.extend([rec(50, 50, true), rec(30, 0, false), rec(0, 0, false), rec(0, 0, false)]);
+        }
+        let steps = demand(&r, 100 * MS, 2);
+        let at = |b: u64| replay(&steps, 100 * MS, 2, Setting { quota_us: 50 * MS, burst_us: b * MS });
+        assert_eq!(at(0).throttled, 25);
+        // Strict, the second quiet period of each cycle finds the pool at one quota
+        // after an unused period: the timer stops, that period is not counted.
+        assert_eq!(at(0).periods, 75);
+        // With a burst the pool keeps accumulating: every period counts.
+        assert_eq!(at(30).periods, 100);
+        assert_eq!(at(29).throttled, 25);
+        // The pool starts at one quota (a group's activation): the first burn finds
+        // no saved quota; every later one does.
+        assert_eq!(at(30).throttled, 1);
+        // Usage is the same either way: a burst moves it, adds none.
+        assert_eq!(at(0).used_us, at(30).used_us);
+        let h = history("a", 50, 0, &r);
+        let a = advise(&h, 5.0, None).unwrap();
+        assert_eq!(a.kind, "burst");
+        // 30 ms found, +10 % rounded up to ms.
+        assert_eq!(a.advised, Setting { quota_us: 50 * MS, burst_us: 33 * MS });
+        assert_eq!(a.predicted.throttled, 1);
+        assert!((a.recorded_throttled_pct - 25.0).abs() < 1.1, "{a:?}");
+        assert_eq!(a.adds_cpus, 0.0);
+        assert!(a.paste.contains(&format!("echo 33000 > /sys/fs/cgroup/a/cpu.max.burst")), "{:?}", a.paste);
+    }
+
+    #[test]
+    fn a_group_that_always_wants_more_needs_quota() {
+        let r: Vec<Record> = (0..50).map(|_| rec(50, 30, true)).collect();
+        let h = history("hog", 50, 0, &r);
+        let a = advise(&h, 5.0, None).unwrap();
+        assert_eq!(a.kind, "quota");
+        // 80 ms per period: the smallest quota with a burst of one quota is 80 ms
+        // (the first period starts with a full pool), + margin.
+        assert!(a.advised.quota_us >= 80 * MS && a.advised.quota_us <= 89 * MS, "{a:?}");
+        assert!(a.adds_cpus > 0.29, "{a:?}");
+        assert!(a.predicted_throttled_pct <= 5.0);
+        // More than the machine: none.
+        let r: Vec<Record> = (0..50).map(|_| rec(50, 500, true)).collect();
+        let a = advise(&history("big", 50, 0, &r), 5.0, None).unwrap();
+        assert!(a.kind == "none" || a.advised.quota_us <= 200 * MS, "{a:?}");
+    }
+
+    fn history(cg: &str, q_ms: u64, b_ms: u64, r: &[Record]) -> GroupHistory {
+        let mut r = r.to_vec();
+        r.push(rec(0, 0, false)); // the newest, left out
+        GroupHistory {
+            cgroup: cg.into(),
+            source: "cpu.max".into(),
+            quota_us: q_ms * MS,
+            period_us: 100 * MS,
+            burst_us: b_ms * MS,
+            nr_cpus: 2,
+            ..Default::default()
+        }
+        .from_records(r.into_iter())
+    }
+
+    /// The agent's side, simulated: a group with work arriving per period (µs),
+    /// running from a pool the agent refills with pools::refill_shared at its
+    /// timer's expiries (some late), booking each close in a PeriodBook. Returns
+    /// the book's records and the agent's counts (nr_periods, nr_throttled).
+    fn agent(arrivals: &[(u64, u64)], q: u64, b: u64) -> (Vec<Record>, u64, u64, Vec<u64>) {
+        let t0 = Instant::now();
+        let p = Duration::from_millis(100);
+        let pool = AtomicI64::new(pools::refill(0, q * 1000, b * 1000));
+        let mut timer = PeriodTimer::new(p, t0);
+        let mut book = PeriodBook { history: pools::History::new(1000), ..Default::default() };
+        book.start(0, t0);
+        book.snap = pool.load(Ordering::Relaxed);
+        let (mut usage, mut waits, mut backlog) = (0u64, 0u64, 0u64);
+        let (mut nr_periods, mut nr_throttled) = (0, 0);
+        let mut ran_per_record = Vec::new();
+        let mut now = t0;
+        let mut idle = false;
+        for &(work, late_periods) in arrivals {
+            if idle {
+                if work == 0 {
+                    now += p * late_periods as u32;
+                    continue;
+                }
+                // The first pull wakes the timer (period.rs: wake).
+                book.idle_until(p, now);
+                book.start(usage, now);
+                timer = PeriodTimer::new(p, now);
+                idle = false;
+            }
+            // The record's span: `late_periods` periods (1 = on time).
+            let want = backlog + work;
+            let have = pool.load(Ordering::Relaxed).max(0) as u64 / 1000;
+            let ran = want.min(have).min(2 * 100 * MS * late_periods);
+            pool.fetch_sub((ran * 1000) as i64, Ordering::Relaxed);
+            backlog = want - ran;
+            let throttled = backlog > 0 && ran == have;
+            usage += ran * 1000;
+            now += p * late_periods as u32;
+            let overrun = timer.expire(now).unwrap();
+            assert_eq!(overrun, late_periods);
+            nr_periods += overrun;
+            if throttled {
+                nr_throttled += overrun;
+            }
+            let (left, refilled) = pools::refill_shared(&pool, q * 1000, b * 1000);
+            book.close(q * 1000, p, (left, refilled), (usage, waits), overrun, throttled, now);
+            if !throttled && pools::goes_idle(ran == 0, refilled, q * 1000, b * 1000) {
+                idle = true;
+            }
+            // The waiters run after the refill: their wait (the backlog, one task)
+            // is booked now, read at the next close.
+            if throttled {
+                waits += backlog * 1000;
+            }
+            ran_per_record.push(ran);
+        }
+        (book.history.records().collect(), nr_periods, nr_throttled, ran_per_record)
+    }
+
+    #[test]
+    fn replay_is_the_agents_arithmetic() {
+        // Bursts, caps, a late timer (3 periods refilled once), quiet periods.
+        let arrivals = [(80, 1), (0, 1), (0, 1), (0, 1), (130, 1), (0, 3), (20, 1), (120, 1), (10, 1), (0, 1)];
+        let arrivals: Vec<(u64, u64)> = arrivals.iter().map(|&(w, n)| (w * MS, n)).collect();
+        for (q, b) in [(50 * MS, 0), (50 * MS, 30 * MS), (50 * MS, 50 * MS), (30 * MS, 10 * MS)] {
+            let (records, nr_periods, nr_throttled, ran) = agent(&arrivals, q, b);
+            let steps = demand(&records, 100 * MS, 2);
+            let out = replay(&steps, 100 * MS, 2, Setting { quota_us: q, burst_us: b });
+            assert_eq!((out.periods, out.throttled), (nr_periods, nr_throttled), "q {q} b {b}: {records:?}");
+            assert_eq!(out.used_us, ran.iter().sum::<u64>(), "q {q} b {b}");
+            // What each record says ran is what the replay runs.
+            assert_eq!(records.iter().filter(|r| !r.idle).map(|r| r.used_us).collect::<Vec<_>>(), ran);
+            if b == 0 {
+                assert!(records.iter().any(|r| r.idle), "quiet periods stop a strict group's timer: {records:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn records_survive_the_socket() {
+        let r = [rec(5, 7, true), Record { periods: 40, idle: true, ..Default::default() }];
+        let h = history("x", 10, 0, &r);
+        let json = serde_json::to_string(&h).unwrap();
+        let back: GroupHistory = serde_json::from_str(&json).unwrap();
+        assert_eq!(back.records().unwrap()[..2], r);
+        let mut bad = back.clone();
+        bad.idle.pop();
+        assert!(bad.records().unwrap_err().contains("x: history columns"));
+    }
+
+    #[test]
+    fn margin() {
+        assert_eq!(with_margin(0), 1_000);
+        assert_eq!(with_margin(30_000), 33_000);
+        assert_eq!(with_margin(4_500), 6_000);
+    }
+}
