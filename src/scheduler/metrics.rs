@@ -37,6 +37,10 @@ pub(super) struct StatsLink {
 impl<'a> Scheduler<'a> {
     /// The answer to a stats socket request.
     pub(super) fn answer(&mut self, ask: Ask) -> Answer {
+        if let Ask::History(_) = ask {
+            // cgroupfs groups are known by id until a path is asked for.
+            self.resolve_paths();
+        }
         match ask {
             Ask::Top => self.metrics().to_json().map_err(|e| format!("{e:#}")),
             Ask::History(None) => {

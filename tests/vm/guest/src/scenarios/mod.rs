@@ -7,7 +7,8 @@
 //! The scenarios are in one file per area, each listing its own in `scenarios()` at its end:
 //! lifecycle (attach, reload, hotplug, exit), limits, weights, burst_slack, cgroupfs (cpu.max
 //! without a config), rules ([[rule]] globs on orchestrator-made cgroups), monitoring
-//! (statistics), reliability (agent stall, rescue, stress, RT neighbour, move latency) and
+//! (statistics), advise (the advisor against measured use), reliability (agent stall,
+//! rescue, stress, RT neighbour, move latency) and
 //! scale; bench holds the benchmark bodies; wide holds those for
 //! machines with several LLCs and NUMA nodes (`--wide`, not in `all()`). This file holds the
 //! types, the constructors the lists use, all() and bench(), and the helpers areas share.
@@ -17,6 +18,7 @@ use bench::{agent_cost, overhead, throttle_cost};
 use std::thread::sleep;
 use std::time::Duration;
 
+mod advise;
 mod bench;
 mod burst_slack;
 mod cgroupfs;
@@ -260,6 +262,7 @@ pub fn all() -> Vec<Scenario> {
         cgroupfs::scenarios(),
         rules::scenarios(),
         monitoring::scenarios(),
+        advise::scenarios(),
         reliability::scenarios(),
         scale::scenarios(),
     ]
