@@ -70,7 +70,10 @@ impl<'a> Scheduler<'a> {
         let period = Duration::from_micros(g.cfg.period_us);
         let ago = Duration::from_nanos(stats::monotonic_ns().saturating_sub(self.refill_stamp(slot)));
         let start = if ago < period { now.checked_sub(ago).unwrap_or(now) } else { now };
-        let usage = self.bss().bw_groups[slot].usage;
+        // The group used nothing from its last refill until the pull that woke it, but
+        // may have run for up to half a period since: what it used then belongs to
+        // the new period, so the usage snapshot stays the one of the last refill.
+        let usage = self.groups[slot].book.usage_at_refill;
         self.groups[slot].book.idle_until(period, start);
         self.start_period(slot, usage, start);
     }
