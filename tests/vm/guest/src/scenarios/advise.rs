@@ -1,9 +1,10 @@
 //! The advisor: `scx_bandwidth advise` asked about a group whose cpu.max throttles it,
 //! its advice applied as it says to, and the group measured again. What is checked is
 //! what a user relies on: the advice is a burst (the group's average fits its quota, so
-//! a burst, not more quota, is what it lacks), applying it brings throttled periods under
-//! the target, and the share of throttled periods the advisor predicted for the new
-//! setting is the one measured, within 5 points.
+//! a burst, not more quota, is what it lacks), its replay of the recorded history at the
+//! current limit finds the throttling that was recorded (within 3 points), applying it
+//! brings throttled periods under the target, and the share of throttled periods the
+//! advisor predicted for the new setting is the one measured, within 5 points.
 
 use super::{Body, Scenario, Work, Workload};
 use crate::runner::Ctx;
@@ -92,10 +93,17 @@ fn advise(ctx: &mut Ctx) -> Result<(), String> {
     let predicted = field(&a, &["predicted_throttled_pct"])?;
     ctx.figure("kind", &kind);
     ctx.figure("advised_burst_us", burst);
-    ctx.figure("recorded_pct", format!("{:.1}", field(&a, &["recorded_throttled_pct"])?));
-    ctx.figure("replayed_pct", format!("{:.1}", field(&a, &["replayed_throttled_pct"])?));
+    let recorded = field(&a, &["recorded_throttled_pct"])?;
+    let replayed = field(&a, &["replayed_throttled_pct"])?;
+    ctx.figure("recorded_pct", format!("{recorded:.1}"));
+    ctx.figure("replayed_pct", format!("{replayed:.1}"));
     ctx.figure("predicted_pct", format!("{predicted:.1}"));
     ctx.figure("history_periods", field(&a, &["history_periods"])?);
+    // The replay of the history at the limit it was recorded under must find the
+    // throttling that was recorded: the model fits before it predicts.
+    if (recorded - replayed).abs() > 3.0 {
+        ctx.fail(format!("advise replays {replayed:.1} % throttled at the current limit, {recorded:.1} % recorded: more than 3 points apart"));
+    }
     if kind != "burst" || quota != QUOTA_US || burst == 0 || burst > QUOTA_US {
         return Err(format!("advise: {kind} at quota {quota} burst {burst}; expected a burst (0, {QUOTA_US}] at the same quota"));
     }
