@@ -5,6 +5,7 @@
 mod args;
 mod cgroup;
 mod host;
+mod output;
 mod phases;
 mod runner;
 mod scenarios;

@@ -151,7 +151,7 @@ impl<'a> Ctx<'a> {
         self.works.len()
     }
 
-    /// Output (stdout + stderr) of a workload so far, e.g. for `workload::parse_duty`.
+    /// Output (stdout + stderr) of a workload so far, e.g. for `output::parse_duty`.
     pub fn output(&self, idx: usize) -> String {
         std::fs::read_to_string(&self.works[idx].log).unwrap_or_default()
     }

@@ -23,7 +23,7 @@ pub(super) fn throttle_cost(ctx: &mut Ctx) -> Result<(), String> {
         return Err(format!("gaps workload: {}", crate::sched::describe(st)));
     }
     let out = ctx.output(w);
-    let ends: Vec<u64> = crate::workload::parse_gaps(&out)
+    let ends: Vec<u64> = crate::output::parse_gaps(&out)
         .into_iter()
         .filter(|g| g.len_ns > 20_000_000)
         .map(|g| g.end_ns)

@@ -103,7 +103,7 @@ fn bursty(ctx: &mut Ctx, burst: bool) -> Result<(), String> {
         return Err(format!("duty workload {}", crate::sched::describe(st)));
     }
     ctx.figure("busiest_others", busiest_threads(&threads0, 4));
-    let d = crate::workload::parse_duty(&ctx.output(idx)).ok_or("no DUTY line from the workload")?;
+    let d = crate::output::parse_duty(&ctx.output(idx)).ok_or("no DUTY line from the workload")?;
     ctx.figure("burns", d.burns);
     ctx.figure("p50_ms", format!("{:.1}", d.p50_ms));
     ctx.figure("p99_ms", format!("{:.1}", d.p99_ms));

@@ -435,7 +435,7 @@ fn slots_back(ctx: &mut Ctx, base: f64, what: &str) {
 /// having forked at least `min_forks` times (figure `forks`).
 fn end_fork_storm(ctx: &mut Ctx, storm: usize, min_forks: u64, wait: Duration) -> Result<(), String> {
     let st = ctx.wait_workload(storm, wait)?;
-    let forks = crate::workload::parse_forks(&ctx.output(storm));
+    let forks = crate::output::parse_forks(&ctx.output(storm));
     ctx.figure("forks", forks.map_or("?".into(), |n| n.to_string()));
     if st.code() != Some(0) || forks.unwrap_or(0) < min_forks {
         ctx.fail(format!("fork storm {}, {forks:?} forks", crate::sched::describe(st)));

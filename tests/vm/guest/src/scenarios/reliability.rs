@@ -53,8 +53,8 @@ fn rt_neighbour(ctx: &mut Ctx) -> Result<(), String> {
         return Err(format!("gaps workload: {}", crate::sched::describe(st)));
     }
     let out = ctx.output(busy);
-    let gaps = crate::workload::parse_gaps(&out);
-    let ms = |g: &crate::workload::Gap| g.len_ns as f64 / 1e6;
+    let gaps = crate::output::parse_gaps(&out);
+    let ms = |g: &crate::output::Gap| g.len_ns as f64 / 1e6;
     let stuck = gaps.iter().filter(|g| ms(g) >= RT_STUCK_MS).count();
     // Where the long waits were: on the RT thread's CPU throughout (1>1), or not.
     let long: Vec<String> = gaps.iter().filter(|g| ms(g) >= RT_STUCK_MS / 2.0).map(|g| format!("{:.1}@cpu={}", ms(g), g.cpus)).collect();
