@@ -1,4 +1,4 @@
-//! The result lines the workloads print (`DUTY`, `FORKS`, `GAP`), parsed for the scenarios:
+//! The result lines the workloads print (`DUTY`, `DUTY_BURNS`, `FORKS`, `GAP`), parsed for the scenarios:
 //! a workload runs as a separate process (it joins its cgroup), so its results come back as
 //! text in its output.
 
@@ -35,6 +35,17 @@ pub fn parse_duty(output: &str) -> Option<DutyStats> {
             .unwrap_or("")
             .to_string(),
     })
+}
+
+/// The burn times (ms) of the `DUTY_BURNS ms,ms,..` line in a workload's output, in the
+/// order the burns started. None without the line, or if a value is not a finite number: a
+/// list cut short by a crash is not a distribution.
+pub fn parse_duty_burns(output: &str) -> Option<Vec<f64>> {
+    let list = output.lines().find_map(|l| l.strip_prefix("DUTY_BURNS "))?.trim();
+    if list.is_empty() {
+        return Some(Vec::new());
+    }
+    list.split(',').map(|v| v.parse::<f64>().ok().filter(|ms| ms.is_finite())).collect()
 }
 
 /// The count of a `FORKS n=COUNT` line in a workload's output.
@@ -85,6 +96,20 @@ mod tests {
         );
         assert_eq!(parse_duty("DUTY burns=1 p50_ms=x p99_ms=1 max_ms=1"), None);
         assert_eq!(parse_duty(""), None);
+    }
+
+    #[test]
+    fn duty_burns_line() {
+        let out = "DUTY burns=3 p50_ms=60.1 p99_ms=104.3 max_ms=104.3 first_ms=61 slowest=x\nDUTY_BURNS 60.1,104.3,59.9\n";
+        assert_eq!(parse_duty_burns(out), Some(vec![60.1, 104.3, 59.9]));
+        // No burns: the line is there with an empty list.
+        assert_eq!(parse_duty_burns("DUTY_BURNS \n"), Some(vec![]));
+        assert_eq!(parse_duty_burns("DUTY_BURNS 60.1\r\n"), Some(vec![60.1]));
+        for bad in ["DUTY_BURNS 60.1,,61.0", "DUTY_BURNS 60.1,6x", "DUTY_BURNS 60.1,inf", "DUTY_BURNS 60.1,NaN"] {
+            assert_eq!(parse_duty_burns(bad), None, "{bad}");
+        }
+        // The DUTY line alone (a workload from before DUTY_BURNS) has no list.
+        assert_eq!(parse_duty_burns("DUTY burns=3 p50_ms=60.1\nDUTY_BURNSX 1.0\n"), None);
     }
 
     #[test]

@@ -8,7 +8,9 @@
 
 use super::{custom, end_fork_storm, hog, lim, one_phase, Body, Check, Limit, Scenario, Work, Workload};
 use crate::runner::Ctx;
-use std::thread::sleep;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::{sleep, JoinHandle};
 use std::time::Duration;
 
 /// The limit of `small_quota`'s group: its quota is one slice.
@@ -72,6 +74,11 @@ const BURSTY_SETTLE: Duration = Duration::from_secs(2);
 /// Long enough for 100+ burns per thread: the nearest-rank p99 of fewer than 100 burns is
 /// the slowest one.
 const BURSTY_S: u64 = 20;
+/// The limit of both bursty scenarios (burst_latency adds a burst): 1 CPU.
+const BURSTY_QUOTA_US: u64 = 100_000;
+const BURSTY_PERIOD_US: u64 = 100_000;
+/// The interval of the group's usage series (`usage_ms_per_100ms`), the figure keys' 100 ms.
+const USAGE_INTERVAL: Duration = Duration::from_millis(100);
 
 /// Two threads burning 60 ms of CPU then sleeping 140 ms for 20 s: 0.6 CPU on average,
 /// 1.2 CPUs while both burn. Under a strict 1-CPU quota the peaks are throttled: the
@@ -79,7 +86,9 @@ const BURSTY_S: u64 = 20;
 /// (see below for the later ones). With a 100 ms
 /// burst the unused quota of the quiet periods covers the peaks: no throttled period, no
 /// task ever parked, and p99 <= BURST_P99_MS. With the scheduler, its statistics are
-/// checked too: usage against cgroupfs (±5 %), and the used-based burst figures.
+/// checked too: usage against cgroupfs (±5 %), and the used-based burst figures. For
+/// tests/bench's pictures it prints every burn (`burns_ms`) and the group's usage in each
+/// 100 ms (`usage_ms_per_100ms`) beside the limit's share of 100 ms (`limit_ms_per_100ms`).
 fn bursty(ctx: &mut Ctx, burst: bool) -> Result<(), String> {
     // The group exists and is idle for a few periods first, so its pool holds what an
     // idle group has accumulated (quota + burst), as for a service between requests.
@@ -97,11 +106,13 @@ fn bursty(ctx: &mut Ctx, burst: bool) -> Result<(), String> {
     // ~196 burns: the nearest-rank p99 is the second slowest, one outlier alone (TCG)
     // does not decide it.
     let idx = ctx.spawn(&w, BURSTY_S)?;
+    let usage = UsageSeries::start("t/a");
     ctx.check_on_scx(idx);
     let st = ctx.wait_workload(idx, Duration::from_secs(BURSTY_S + 20))?;
     if st.code() != Some(0) {
         return Err(format!("duty workload {}", crate::sched::describe(st)));
     }
+    let usage = usage.finish()?;
     ctx.figure("busiest_others", busiest_threads(&threads0, 4));
     let d = crate::output::parse_duty(&ctx.output(idx)).ok_or("no DUTY line from the workload")?;
     ctx.figure("burns", d.burns);
@@ -110,6 +121,11 @@ fn bursty(ctx: &mut Ctx, burst: bool) -> Result<(), String> {
     ctx.figure("max_ms", format!("{:.1}", d.max_ms));
     ctx.figure("first_ms", format!("{:.1}", d.first_ms));
     ctx.figure("slowest", &d.slowest);
+    let burns = crate::output::parse_duty_burns(&ctx.output(idx)).ok_or("no DUTY_BURNS line from the workload")?;
+    ctx.figure("burns_ms", tenths(burns.iter().copied()));
+    ctx.figure("usage_ms_per_100ms", tenths(usage.iter().map(|&us| us as f64 / 1e3)));
+    let limit_ms = BURSTY_QUOTA_US as f64 / BURSTY_PERIOD_US as f64 * USAGE_INTERVAL.as_secs_f64() * 1e3;
+    ctx.figure("limit_ms_per_100ms", format!("{limit_ms:.1}"));
     if d.burns < 180 {
         ctx.fail(format!("only {} burns in {BURSTY_S} s", d.burns));
     }
@@ -141,6 +157,62 @@ fn bursty(ctx: &mut Ctx, burst: bool) -> Result<(), String> {
         ctx.fail("no throttled period under a strict quota");
     }
     Ok(())
+}
+
+/// Values to 0.1 as one figure, `a,b,..` (a figure's value has no spaces).
+fn tenths(values: impl Iterator<Item = f64>) -> String {
+    values.map(|v| format!("{v:.1}")).collect::<Vec<_>>().join(",")
+}
+
+/// A group's CPU time (cgroupfs `usage_usec`) in each USAGE_INTERVAL of wall time
+/// (CLOCK_MONOTONIC, absolute deadlines), from a thread, until finish(): what the group got
+/// period by period, the same measure under either enforcer. The interval is as long as the
+/// limit's period but not in phase with either enforcer's periods (nor is the kernel's in
+/// phase with ours), so an interval straddling two periods can hold more than one quota.
+struct UsageSeries {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<Result<Vec<u64>, String>>>,
+}
+
+impl UsageSeries {
+    fn start(cgroup: &'static str) -> UsageSeries {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            // SCHED_FIFO like the agent, so the samples are on time while both of the
+            // group's threads burn (a normal thread would wait for a CPU, differently under
+            // either enforcer); each takes a CPU from them only for one read of cpu.stat.
+            crate::workload::fifo_self()?;
+            let step = USAGE_INTERVAL.as_nanos() as u64;
+            let mut next = crate::workload::mono_ns();
+            let mut last = crate::cgroup::read_usage_usec(cgroup)?;
+            let mut per = Vec::new();
+            while !flag.load(Ordering::Relaxed) {
+                next += step;
+                crate::workload::sleep_until_mono(next);
+                let now = crate::cgroup::read_usage_usec(cgroup)?;
+                per.push(now.saturating_sub(last));
+                last = now;
+            }
+            Ok(per)
+        });
+        UsageSeries { stop, thread: Some(thread) }
+    }
+
+    /// The usage of every interval until now (µs), the last one ending after this call.
+    fn finish(mut self) -> Result<Vec<u64>, String> {
+        self.stop.store(true, Ordering::Relaxed);
+        let thread = self.thread.take().expect("finish is called once");
+        thread.join().map_err(|_| "usage sampler panicked".to_string())?
+    }
+}
+
+impl Drop for UsageSeries {
+    /// A scenario that returns early must not leave the thread reading a cgroup the runner
+    /// is about to remove; it ends at its next sample.
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
 }
 
 /// The `n` threads (other than the workload's, which have exited) that used the most CPU
@@ -410,14 +482,14 @@ pub(super) fn scenarios() -> Vec<Scenario> {
             "burst_latency_strict",
             "100ms/100ms, no burst, 2 threads burning 60ms every 200ms: throttled, first burns > 66ms",
             false,
-            lim("t/a", 100_000, 100_000),
+            lim("t/a", BURSTY_QUOTA_US, BURSTY_PERIOD_US),
             bursty_strict,
         ),
         custom(
             "burst_latency",
             "100ms/100ms + 100ms burst, 2 threads burning 60ms every 200ms: never throttled, p99 burn <= 66ms",
             false,
-            Limit { burst_us: 100_000, ..lim("t/a", 100_000, 100_000) },
+            Limit { burst_us: 100_000, ..lim("t/a", BURSTY_QUOTA_US, BURSTY_PERIOD_US) },
             bursty_burst,
         ),
         custom(
