@@ -10,20 +10,27 @@ BENCHMARKS.md made from them.
       the qemu binary's version, the guest's size, the git revision and the date
       (tests/bench/run does this as a run starts)
   table.py [--check] --write FILE --info INFO CFS_LOG SCX_LOG [WIDE_LOG]
-      print the tables and write FILE: a generated header, the tables, what each one means
+      print the tables and write FILE: a generated header, the tables, what each one means;
+      and beside it the pictures of the burst benchmark, bench/*.svg (svg.py draws them)
 
 Reads the SCENARIO lines of the tests/vm/run logs (the last verdict of each scenario counts,
 as a scenario interrupted by an emulator crash is run again after a reboot), and the guest's
-kernel from their "scxbw-init: kernel ..." line. Every figure in FILE comes from the logs or
-INFO; the prose below is about what the tables measure, not about one run."""
+kernel from their "scxbw-init: kernel ..." line. Every figure in FILE and its pictures comes
+from the logs or INFO; the prose below is about what they measure, not about one run.
+
+--check also fails if a picture has no data: the pictures are figures of BENCHMARKS.md like
+the tables' cells, and a missing series means the guest's printing of it broke."""
 import argparse
 import datetime
 import json
+import math
 import os
 import re
 import subprocess
 import sys
 import textwrap
+
+import svg
 
 # Our error counts as no worse than the kernel's within this much.
 TIE = 0.0005
@@ -56,6 +63,16 @@ def num(figs, key):
         return float(figs[key])
     except (KeyError, ValueError, TypeError):
         return None
+
+
+def series(figs, key):
+    """The numbers of a figure that is a comma-separated list, None if it is absent or not
+    all finite numbers (a line cut short)."""
+    try:
+        values = [float(v) for v in figs[key].split(",")]
+    except (KeyError, ValueError):
+        return None
+    return values if all(math.isfinite(v) for v in values) else None
 
 
 def fmt(x, spec="{:.3f}"):
@@ -191,6 +208,73 @@ costs far more than on hardware, and the ratio of the two is what means somethin
 last row is the `scale` scenario (every group limited, 11 busy), with `--stats 1`. The goal, at
 most 1 % of a CPU at 1,000 groups, is one for hardware; under TCG only the ratio speaks to it."""),
 ]
+
+# The pictures' folder, beside the file --write writes (its links are relative to it).
+PICTURES = "bench"
+ENFORCERS = [("kernel CFS", "#1f77b4"), ("scx_bandwidth", "#d62728")]
+# The duty workload of both burst scenarios burns 60 ms of CPU time (burst_slack.rs).
+NOMINAL_BURN_MS = 60
+# The start of burst_latency_strict's usage series that is drawn: 50 intervals of 100 ms stay
+# readable side by side, the run's 200 would not.
+USAGE_SECONDS = 5
+
+
+def lacking(names):
+    """The logs named, as the subject of "... no X"."""
+    return f"the {' and '.join(names)} log" + ("s have" if len(names) > 1 else " has")
+
+
+def burst_cdf(cfs, scx):
+    """The picture of burst_latency's burn times: (SVG, None), or (None, why it is missing)."""
+    burns = [series(log.get("burst_latency", {}), "burns_ms") for log in (cfs, scx)]
+    missing = [name for (name, _), b in zip(ENFORCERS, burns) if not b]
+    if missing:
+        return None, f"{lacking(missing)} no burn times (`burns_ms`) of `burst_latency`"
+    curves = [(name, colour, svg.cdf_steps(b)) for (name, colour), b in zip(ENFORCERS, burns)]
+    return svg.chart(f"burst_latency: wall time of every {NOMINAL_BURN_MS} ms burn", "burn wall time (ms)",
+                     "fraction of burns ≤ x", curves, [(f"nominal {NOMINAL_BURN_MS} ms", "x", NOMINAL_BURN_MS)],
+                     ylo=0, yhi=1), None
+
+
+def burst_usage(cfs, scx):
+    """The picture of burst_latency_strict's usage per 100 ms, as burst_cdf()."""
+    figs = [log.get("burst_latency_strict", {}) for log in (cfs, scx)]
+    usage = [series(f, "usage_ms_per_100ms") for f in figs]
+    # Both runs have the same limit (one scenario list); the kernel's log is read first.
+    limit = next((v for v in (num(f, "limit_ms_per_100ms") for f in figs) if v is not None), None)
+    missing = [name for (name, _), u in zip(ENFORCERS, usage) if not u]
+    if missing:
+        return None, f"{lacking(missing)} no usage series (`usage_ms_per_100ms`) of `burst_latency_strict`"
+    if limit is None:
+        return None, "the logs have no limit (`limit_ms_per_100ms`) of `burst_latency_strict`"
+    shown = [u[:USAGE_SECONDS * 10] for u in usage]
+    lines = [(name, colour, svg.interval_steps(u, 0.1)) for (name, colour), u in zip(ENFORCERS, shown)]
+    seconds = max(map(len, shown)) / 10
+    return svg.chart(f"burst_latency_strict: the group's CPU time per 100 ms, first {seconds:g} s",
+                     "time since the workload started (s)", "CPU time in the 100 ms (ms)", lines,
+                     [(f"limit {limit:g} ms per 100 ms", "y", limit)], ylo=0), None
+
+
+# (file in PICTURES, alt text, what it shows, drawing).
+FIGURES = [
+    ("burst_cdf.svg", "Distribution of burn wall times in burst_latency, kernel CFS and scx_bandwidth",
+     f"""Every burn of `burst_latency` (with the burst) under each enforcer: the fraction of
+burns that took at most x ms of wall time, beside the nominal {NOMINAL_BURN_MS} ms of CPU time
+(dashed), which no burn can beat; the further right a curve rises, the longer its burns went
+without a CPU.""", burst_cdf),
+    ("burst_usage.svg", "CPU time per 100 ms of burst_latency_strict's group, kernel CFS and scx_bandwidth",
+     f"""The group's CPU time (`cpu.stat` `usage_usec`) in each 100 ms of the first
+{USAGE_SECONDS} s of `burst_latency_strict`, against the limit's share of 100 ms (dashed): the
+intervals are wall-clock ones, not in phase with either enforcer's periods, so one that
+straddles two periods can hold more than a quota.""", burst_usage),
+]
+
+
+def pictures(cfs_log, scx_log):
+    """(file, alt, text, SVG or None, why it is missing) of each of FIGURES."""
+    cfs, scx = results(cfs_log), results(scx_log)
+    return [(file, alt, text, *draw(cfs, scx)) for file, alt, text, draw in FIGURES]
+
 
 INTRO = """The kernel column is the same VM with no sched_ext scheduler loaded and the limits written to
 `cpu.max` (`cpu.max.burst`), enforced by CFS; the scx_bandwidth column loads the same limits
@@ -346,6 +430,7 @@ def main(argv):
     sections = tables(*a.logs)
     text = tables_text(sections)
     print(text, end="")
+    drawn = pictures(*a.logs[:2])
     if a.write:
         try:
             with open(a.info, encoding="utf-8") as f:
@@ -354,14 +439,28 @@ def main(argv):
             print(f"table.py: {e}: the facts of the run are missing (tests/bench/run writes them as it runs)",
                   file=sys.stderr)
             return 1
+        folder = os.path.join(os.path.dirname(os.path.abspath(a.write)), PICTURES)
+        os.makedirs(folder, exist_ok=True)
+        for file, _, _, picture, _ in drawn:
+            path = os.path.join(folder, file)
+            if picture is not None:
+                with open(path, "w", encoding="utf-8") as f:
+                    f.write(picture)
+                print(f"table.py: wrote {path}", file=sys.stderr)
+            elif os.path.exists(path):
+                # An earlier run's picture beside this run's file would pass for this run's.
+                os.remove(path)
         with open(a.write, "w", encoding="utf-8") as f:
             f.write(document(sections, info, *a.logs))
         print(f"table.py: wrote {a.write}", file=sys.stderr)
+    for file, _, _, picture, why in drawn:
+        if picture is None:
+            print(f"table.py: picture {PICTURES}/{file} missing: {why}", file=sys.stderr)
     if a.check:
         missing = check(text)
         for line in missing:
             print(f"table.py: missing figures in: {line}", file=sys.stderr)
-        return 1 if missing else 0
+        return 1 if missing or any(d[3] is None for d in drawn) else 0
     return 0
 
 

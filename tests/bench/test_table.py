@@ -6,22 +6,37 @@ import datetime
 import io
 import json
 import os
+import re
 import subprocess
 import tempfile
 import unittest
+import xml.etree.ElementTree as ET
 
 import table
 
 INIT = "scxbw-init: kernel 7.3.4+deb13-amd64, 2 CPUs, sched_ext disabled, args: scenarios --bench\r\n"
 
+# The pictures' series: the burns of burst_latency in the order they started, and the group's
+# usage per 100 ms in burst_latency_strict; the kernel's usage runs longer than the 5 s drawn.
+CFS_BURNS = [60.1, 61.0, 60.1, 60.8]
+SCX_BURNS = [60.5, 64.5, 62.9, 60.2]
+CFS_USAGE = [100.0, 20.0, 120.5, 0.0, 60.0] * 12
+SCX_USAGE = [100.0, 100.0, 40.0, 60.0]
+
+
+def listed(values):
+    return ",".join(f"{v:.1f}" for v in values)
+
+
 # Both logs as tests/vm/run prints them: console lines end in \r\n, kernel messages carry a
 # "scxbw-init: kernel: " prefix, and a scenario cut short by a reboot gets a second verdict.
-CFS_LOG = INIT + """scxbw-init: kernel: [    1.234] clocksource: Switched to clocksource tsc
+CFS_LOG = INIT + f"""scxbw-init: kernel: [    1.234] clocksource: Switched to clocksource tsc
 SCENARIO acc_10ms_1t_0.1 PASS usage_cpus=0.100 ratio=1.001 tol=1.0\r
 SCENARIO acc_1s_8t_1.9 PASS ratio=0.979
 SCENARIO nested PASS p.ratio=1.000 p.x.ratio=0.996
-SCENARIO burst_latency PASS p50_ms=60.1 p99_ms=60.8 max_ms=61.0
-SCENARIO burst_latency_strict FAIL p50_ms=60.0 p99_ms=61.9 max_ms=104.3 reason=first burns 61.0 ms: no visible throttling
+SCENARIO burst_latency PASS p50_ms=60.1 p99_ms=60.8 max_ms=61.0 burns_ms={listed(CFS_BURNS)}\r
+SCENARIO burst_latency_strict FAIL p50_ms=60.0 p99_ms=61.9 max_ms=104.3 usage_ms_per_100ms={listed(CFS_USAGE)} \
+limit_ms_per_100ms=100.0 reason=first burns 61.0 ms: no visible throttling
 SCENARIO throttle_cost PASS resumes=111 delay_p50_us=69 delay_p99_us=215 delay_max_us=225
 SCENARIO overhead SKIP
 SCENARIO agent_cost SKIP
@@ -29,12 +44,13 @@ SCENARIO scale SKIP
 scenarios: 6 passed, 1 failed
 """
 
-SCX_LOG = INIT + """SCENARIO acc_10ms_1t_0.1 PASS ratio=0.994
+SCX_LOG = INIT + f"""SCENARIO acc_10ms_1t_0.1 PASS ratio=0.994
 SCENARIO acc_1s_8t_1.9 PASS ratio=1.001
 SCENARIO nested PASS p.ratio=1.002 p.x.ratio=0.998
-SCENARIO burst_latency FAIL p50_ms=90.0 p99_ms=99.0 max_ms=99.9 reason=interrupted
-SCENARIO burst_latency PASS p50_ms=60.5 p99_ms=62.9 max_ms=64.5
-SCENARIO burst_latency_strict PASS p50_ms=60.0 p99_ms=70.5 max_ms=107.8
+SCENARIO burst_latency FAIL p50_ms=90.0 p99_ms=99.0 max_ms=99.9 burns_ms=90.0,99.9 reason=interrupted
+SCENARIO burst_latency PASS p50_ms=60.5 p99_ms=62.9 max_ms=64.5 burns_ms={listed(SCX_BURNS)}
+SCENARIO burst_latency_strict PASS p50_ms=60.0 p99_ms=70.5 max_ms=107.8 usage_ms_per_100ms={listed(SCX_USAGE)} \
+limit_ms_per_100ms=100.0
 SCENARIO throttle_cost PASS resumes=108 delay_p50_us=364 delay_p99_us=2896 delay_max_us=3625
 SCENARIO overhead PASS pingpong.scx_per_s=39302 pingpong.kernel_per_s=51155 pingpong.ratio=0.768 forks.scx_per_s=644 forks.kernel_per_s=609 forks.ratio=1.057 messaging.scx_per_s=90000 messaging.kernel_per_s=95000 messaging.ratio=0.947 wakelat.p50_us.scx=500 wakelat.p50_us.kernel=700 wakelat.p50_us.ratio=0.714 wakelat.p99_us.scx=9000 wakelat.p99_us.kernel=6000 wakelat.p99_us.ratio=1.500
 SCENARIO agent_cost PASS n10.agent_ms_per_s=36.2 n10.agent_runs_per_s=101 n10.ticker_ms_per_s=20.8 n100.agent_ms_per_s=36.1 n100.agent_runs_per_s=81 n100.ticker_ms_per_s=20.0 n1000.agent_ms_per_s=41.6 n1000.agent_runs_per_s=91 n1000.ticker_ms_per_s=24.7
@@ -164,6 +180,158 @@ class Writer(unittest.TestCase):
         self.assertEqual(rc, 1)
         self.assertIn("facts of the run are missing", err)
         self.assertFalse(os.path.exists(run.out))
+
+
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+class Picture:
+    """An SVG that table.py wrote, read back: its frame, the values of its ticks, and the pixel
+    where a value belongs on a frame that runs from the first tick to the last."""
+
+    def __init__(self, path):
+        self.root = ET.parse(path).getroot()
+        frame = self.root.find(f"{SVG}rect[@class='frame']")
+        self.left, self.top = float(frame.get("x")), float(frame.get("y"))
+        self.right, self.bottom = self.left + float(frame.get("width")), self.top + float(frame.get("height"))
+        self.texts = {c: [t for t in self.root.iter(f"{SVG}text") if t.get("class") == c] for c in ("xtick", "ytick")}
+        self.xticks = [float(t.text) for t in self.texts["xtick"]]
+        self.yticks = [float(t.text) for t in self.texts["ytick"]]
+
+    def px(self, x):
+        return self.left + (x - self.xticks[0]) / (self.xticks[-1] - self.xticks[0]) * (self.right - self.left)
+
+    def py(self, y):
+        return self.bottom - (y - self.yticks[0]) / (self.yticks[-1] - self.yticks[0]) * (self.bottom - self.top)
+
+    def titled(self, tag, name):
+        found = [e for e in self.root.iter(f"{SVG}{tag}") if e.findtext(f"{SVG}title") == name]
+        assert len(found) == 1, f"{len(found)} {tag} titled {name!r}"
+        return found[0]
+
+    def points(self, name):
+        return [tuple(map(float, p.split(","))) for p in self.titled("polyline", name).get("points").split()]
+
+    def legend(self):
+        """(name, colour, dashed) of each legend entry, left to right."""
+        entries = sorted(self.root.iter(f"{SVG}g"), key=lambda g: float(g.find(f"{SVG}text").get("x")))
+        return [(g.findtext(f"{SVG}text"), g.find(f"{SVG}line").get("stroke"),
+                 g.find(f"{SVG}line").get("stroke-dasharray") is not None) for g in entries if g.get("class") == "legend"]
+
+    def assertLegend(self, test, marks):
+        """The legend names each series in its curve's colour, then the dashed marks."""
+        series = [(e.findtext(f"{SVG}title"), e.get("stroke"), False) for e in self.root.iter(f"{SVG}polyline")]
+        test.assertEqual([s[0] for s in series], ["kernel CFS", "scx_bandwidth"])
+        test.assertNotEqual(series[0][1], series[1][1])
+        test.assertEqual(self.legend(), series + [(m, "black", True) for m in marks])
+
+
+class Pictures(unittest.TestCase):
+    # Coordinates are written to 0.1 px.
+    PX = 0.051
+
+    def setUp(self):
+        self.run = Run()
+        self.addCleanup(self.run.dir.cleanup)
+        self.bench = os.path.join(self.run.dir.name, "bench")
+
+    def assertNear(self, got, want):
+        self.assertEqual(len(got), len(want))
+        for g, w in zip(got, want):
+            self.assertLess(max(abs(a - b) for a, b in zip(g, w)), self.PX, f"{g} != {w}")
+
+    def assertTicksPlaced(self, pic):
+        for t, v in zip(pic.texts["xtick"], pic.xticks):
+            self.assertAlmostEqual(float(t.get("x")), pic.px(v), delta=self.PX)
+        for t, v in zip(pic.texts["ytick"], pic.yticks):
+            # The label's baseline sits 4 px below its tick, to centre the digits on it.
+            self.assertAlmostEqual(float(t.get("y")) - 4, pic.py(v), delta=self.PX)
+
+    def test_burn_distribution_rises_at_each_burn(self):
+        self.assertEqual(self.run.write()[0], 0)
+        pic = Picture(os.path.join(self.bench, "burst_cdf.svg"))
+        # The burns span 60.1-64.5 ms (the interrupted verdict's 90-99.9 are not drawn); the
+        # nominal 60 ms would sit on the frame's edge, so the axis starts a step earlier.
+        self.assertEqual(pic.xticks, [59, 60, 61, 62, 63, 64, 65])
+        self.assertEqual(pic.yticks, [0, 0.2, 0.4, 0.6, 0.8, 1])
+        self.assertTicksPlaced(pic)
+        for name, burns in (("kernel CFS", CFS_BURNS), ("scx_bandwidth", SCX_BURNS)):
+            points, n = pic.points(name), len(burns)
+            want = []
+            for i, ms in enumerate(sorted(burns)):
+                want += [(pic.px(ms), pic.py(i / n)), (pic.px(ms), pic.py((i + 1) / n))]
+            self.assertNear(points, want)
+            xs, ys = [p[0] for p in points], [p[1] for p in points]
+            self.assertEqual(xs, sorted(xs))
+            self.assertEqual(ys, sorted(ys, reverse=True))
+            self.assertAlmostEqual(ys[0], pic.bottom, delta=self.PX)
+            self.assertAlmostEqual(ys[-1], pic.top, delta=self.PX)
+        # Two of the kernel's four burns took 60.1 ms: the curve is at 0.5 from there to 60.8.
+        self.assertIn((round(pic.px(60.1), 1), round(pic.py(0.5), 1)), pic.points("kernel CFS"))
+        nominal = pic.titled("line", "nominal 60 ms")
+        x = pic.left + (pic.right - pic.left) / 6
+        self.assertEqual([float(nominal.get(k)) for k in ("x1", "y1", "x2", "y2")], [x, pic.bottom, x, pic.top])
+        pic.assertLegend(self, ["nominal 60 ms"])
+
+    def test_usage_per_interval_beside_the_limit(self):
+        self.assertEqual(self.run.write()[0], 0)
+        pic = Picture(os.path.join(self.bench, "burst_usage.svg"))
+        self.assertEqual(pic.xticks, [0, 1, 2, 3, 4, 5])
+        self.assertEqual(pic.yticks, [0, 50, 100, 150])
+        self.assertTicksPlaced(pic)
+        # The kernel's 60 intervals are cut to the first 50 (5 s); ours has 4.
+        for name, usage in (("kernel CFS", CFS_USAGE[:50]), ("scx_bandwidth", SCX_USAGE)):
+            want = []
+            for i, ms in enumerate(usage):
+                want += [(pic.px(i / 10), pic.py(ms)), (pic.px((i + 1) / 10), pic.py(ms))]
+            self.assertNear(pic.points(name), want)
+        self.assertEqual(len(pic.points("kernel CFS")), 100)
+        limit = pic.titled("line", "limit 100 ms per 100 ms")
+        y = pic.top + (pic.bottom - pic.top) / 3
+        self.assertEqual([float(limit.get(k)) for k in ("x1", "y1", "x2", "y2")], [pic.left, y, pic.right, y])
+        pic.assertLegend(self, ["limit 100 ms per 100 ms"])
+        self.assertIn("first 5 s", "".join(pic.root.itertext()))
+
+    def test_the_same_logs_draw_the_same_pictures(self):
+        def drawn():
+            self.run.write()
+            out = {}
+            for file, _, _, _ in table.FIGURES:
+                with open(os.path.join(self.bench, file), encoding="utf-8") as f:
+                    out[file] = f.read()
+            return out
+        self.assertEqual(drawn(), drawn())
+
+    def test_logs_without_the_series(self):
+        """Logs from before the guest printed the series: the file is written without the
+        pictures, an earlier run's pictures are removed, and --check fails for them alone."""
+        self.run.write()
+        old = re.compile(r" (burns_ms|usage_ms_per_100ms|limit_ms_per_100ms)=\S+")
+        for path, text in ((self.run.cfs, CFS_LOG), (self.run.scx, SCX_LOG)):
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(old.sub("", text))
+        self.assertEqual(self.run.write()[0], 0)
+        self.assertEqual(os.listdir(self.bench), [])
+        rc, _, err = self.run.main("--check", self.run.cfs, self.run.scx, self.run.wide)
+        self.assertEqual(rc, 1)
+        self.assertIn("table.py: picture bench/burst_cdf.svg missing", err)
+        self.assertNotIn("missing figures in", err)
+
+    def test_a_broken_or_missing_list_is_no_picture(self):
+        # A list cut short by a console line in the middle, and one log without its list.
+        scx = SCX_LOG.replace(f"burns_ms={listed(SCX_BURNS)}", "burns_ms=60.5,64.5,6x")
+        cfs = CFS_LOG.replace(" limit_ms_per_100ms=100.0", "").replace(f"usage_ms_per_100ms={listed(CFS_USAGE)}", "")
+        run = Run(cfs=cfs, scx=scx)
+        self.addCleanup(run.dir.cleanup)
+        rc, _, err = run.main("--check", run.cfs, run.scx, run.wide)
+        self.assertEqual(rc, 1)
+        self.assertIn("burst_cdf.svg missing: the scx_bandwidth log has no burn times", err)
+        self.assertIn("burst_usage.svg missing: the kernel CFS log has no usage series", err)
+        no_limit = Run(cfs=CFS_LOG.replace(" limit_ms_per_100ms=100.0", ""), scx=SCX_LOG.replace(" limit_ms_per_100ms=100.0", ""))
+        self.addCleanup(no_limit.dir.cleanup)
+        rc, _, err = no_limit.main("--check", no_limit.cfs, no_limit.scx, no_limit.wide)
+        self.assertEqual(rc, 1)
+        self.assertIn("burst_usage.svg missing: the logs have no limit (`limit_ms_per_100ms`)", err)
 
 
 class Record(unittest.TestCase):
