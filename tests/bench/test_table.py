@@ -292,6 +292,22 @@ class Pictures(unittest.TestCase):
         pic.assertLegend(self, ["limit 100 ms per 100 ms"])
         self.assertIn("first 5 s", "".join(pic.root.itertext()))
 
+    def test_document_links_them_under_the_burst_table(self):
+        rc, _, doc = self.run.write()
+        self.assertEqual(rc, 0)
+        burst = doc[doc.index("### Burst"):]
+        burst = burst[:burst.index("\n### ", 1)]
+        links = [line for line in burst.splitlines() if line.startswith("![")]
+        self.assertEqual(links, [f"![{alt}](bench/{file})" for file, alt, _, _ in table.FIGURES])
+        flat = " ".join(burst.split())
+        for file, alt, text, _ in table.FIGURES:
+            self.assertTrue(os.path.exists(os.path.join(self.bench, file)))
+            # The link, then what the picture shows, after the table and its text.
+            self.assertIn(f"![{alt}](bench/{file}) {' '.join(text.split())}", flat)
+        text = next(text for _, make, text in table.SECTIONS if make is table.burst)
+        self.assertLess(burst.index(text), burst.index("!["))
+        self.assertIn("writes this file and its pictures (`bench/`), both from that run", " ".join(doc.split()))
+
     def test_the_same_logs_draw_the_same_pictures(self):
         def drawn():
             self.run.write()
@@ -304,13 +320,21 @@ class Pictures(unittest.TestCase):
 
     def test_logs_without_the_series(self):
         """Logs from before the guest printed the series: the file is written without the
-        pictures, an earlier run's pictures are removed, and --check fails for them alone."""
+        pictures, saying so, an earlier run's pictures are removed, and --check fails for them
+        alone."""
         self.run.write()
         old = re.compile(r" (burns_ms|usage_ms_per_100ms|limit_ms_per_100ms)=\S+")
         for path, text in ((self.run.cfs, CFS_LOG), (self.run.scx, SCX_LOG)):
             with open(path, "w", encoding="utf-8") as f:
                 f.write(old.sub("", text))
-        self.assertEqual(self.run.write()[0], 0)
+        rc, _, doc = self.run.write()
+        self.assertEqual(rc, 0)
+        flat = " ".join(doc.split())
+        self.assertIn("Picture `bench/burst_cdf.svg` missing: the kernel CFS and scx_bandwidth logs have no burn "
+                      "times (`burns_ms`) of `burst_latency`.", flat)
+        self.assertIn("Picture `bench/burst_usage.svg` missing: the kernel CFS and scx_bandwidth logs have no "
+                      "usage series", flat)
+        self.assertNotIn("![", doc)
         self.assertEqual(os.listdir(self.bench), [])
         rc, _, err = self.run.main("--check", self.run.cfs, self.run.scx, self.run.wide)
         self.assertEqual(rc, 1)
