@@ -233,7 +233,7 @@ class Pictures(unittest.TestCase):
     def setUp(self):
         self.run = Run()
         self.addCleanup(self.run.dir.cleanup)
-        self.bench = os.path.join(self.run.dir.name, "bench")
+        self.bench = os.path.join(self.run.dir.name, table.PICTURES)
 
     def assertNear(self, got, want):
         self.assertEqual(len(got), len(want))
@@ -298,15 +298,15 @@ class Pictures(unittest.TestCase):
         burst = doc[doc.index("### Burst"):]
         burst = burst[:burst.index("\n### ", 1)]
         links = [line for line in burst.splitlines() if line.startswith("![")]
-        self.assertEqual(links, [f"![{alt}](bench/{file})" for file, alt, _, _ in table.FIGURES])
+        self.assertEqual(links, [f"![{alt}](docs/bench/{file})" for file, alt, _, _ in table.FIGURES])
         flat = " ".join(burst.split())
         for file, alt, text, _ in table.FIGURES:
             self.assertTrue(os.path.exists(os.path.join(self.bench, file)))
             # The link, then what the picture shows, after the table and its text.
-            self.assertIn(f"![{alt}](bench/{file}) {' '.join(text.split())}", flat)
+            self.assertIn(f"![{alt}](docs/bench/{file}) {' '.join(text.split())}", flat)
         text = next(text for _, make, text in table.SECTIONS if make is table.burst)
         self.assertLess(burst.index(text), burst.index("!["))
-        self.assertIn("writes this file and its pictures (`bench/`), both from that run", " ".join(doc.split()))
+        self.assertIn("writes this file and its pictures (`docs/bench/`), both from that run", " ".join(doc.split()))
 
     def test_the_same_logs_draw_the_same_pictures(self):
         def drawn():
@@ -330,15 +330,15 @@ class Pictures(unittest.TestCase):
         rc, _, doc = self.run.write()
         self.assertEqual(rc, 0)
         flat = " ".join(doc.split())
-        self.assertIn("Picture `bench/burst_cdf.svg` missing: the kernel CFS and scx_bandwidth logs have no burn "
+        self.assertIn("Picture `docs/bench/burst_cdf.svg` missing: the kernel CFS and scx_bandwidth logs have no burn "
                       "times (`burns_ms`) of `burst_latency`.", flat)
-        self.assertIn("Picture `bench/burst_usage.svg` missing: the kernel CFS and scx_bandwidth logs have no "
+        self.assertIn("Picture `docs/bench/burst_usage.svg` missing: the kernel CFS and scx_bandwidth logs have no "
                       "usage series", flat)
         self.assertNotIn("![", doc)
         self.assertEqual(os.listdir(self.bench), [])
         rc, _, err = self.run.main("--check", self.run.cfs, self.run.scx, self.run.wide)
         self.assertEqual(rc, 1)
-        self.assertIn("table.py: picture bench/burst_cdf.svg missing", err)
+        self.assertIn("table.py: picture docs/bench/burst_cdf.svg missing", err)
         self.assertNotIn("missing figures in", err)
 
     def test_a_broken_or_missing_list_is_no_picture(self):
