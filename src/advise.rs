@@ -367,6 +367,11 @@ impl From<anyhow::Error> for Error {
 /// (or `--cgroup`'s), advise, print.
 pub fn run(o: &crate::opts::AdviseOpts, out: &mut impl std::io::Write) -> Result<(), Error> {
     use anyhow::Context;
+    if let (Some(q), Some(b)) = (o.quota_us, o.burst_us) {
+        if b > q {
+            return Err(Error::Usage(format!("--burst-us {b}: out of range (allowed 0..={q}, --quota-us: the kernel's bound)")));
+        }
+    }
     let mut client = scx_stats::prelude::StatsClient::new()
         .set_path(crate::stats::SOCKET)
         .connect(Some(10_000))

@@ -206,3 +206,28 @@ fn kernel_without_sched_ext_is_named() {
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("has no sched_ext") && err.contains("CONFIG_SCHED_CLASS_EXT") && err.contains("tests/vm/demo"), "{err}");
 }
+
+#[test]
+fn advise_bad_input_exits_2_naming_the_option() {
+    let cases: &[(&[&str], &str)] = &[
+        (&["advise", "--max-throttled-pct", "150"], "--max-throttled-pct"),
+        (&["advise", "--max-throttled-pct", "x"], "\"x\" is not a percentage"),
+        (&["advise", "--quota-us", "10"], "--quota-us"),
+        (&["advise", "--quota-us", "20000", "--burst-us", "30000"], "--burst-us 30000: out of range (allowed 0..=20000"),
+        (&["--config", "/nonexistent", "advise"], "advise"),
+    ];
+    for (args, want) in cases {
+        let (code, err) = run(args);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: expected {want:?} in {err:?}");
+    }
+}
+
+#[test]
+fn advise_without_a_running_instance_says_so() {
+    // No scheduler runs where the tests run (no sched_ext, or not this one): exit 1, the
+    // socket named, nothing else attempted.
+    let (code, err) = run(&["advise"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("cannot reach a running scx_bandwidth at /var/run/scx/root/stats"), "{err}");
+}
