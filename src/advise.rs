@@ -152,6 +152,14 @@ pub struct Outcome {
     pub deferred_us: u64,
     /// CPU time the group ran (µs).
     pub used_us: u64,
+    /// How long a period's tasks wait for the refill (µs), estimated: a
+    /// throttled period's work spread evenly over it, the pool runs dry after the
+    /// share the pool covered, and what is still runnable then waits until the
+    /// refill; 0 in a period not throttled. The longest, and the 99th percentile
+    /// over the periods counted (one slow period in a hundred, such as the first
+    /// after activation, when the pool holds one quota, does not decide it).
+    pub wait_max_us: u64,
+    pub wait_p99_us: u64,
 }
 
 impl Outcome {
@@ -176,7 +184,9 @@ pub fn replay(steps: &[Step], period_us: u64, nr_cpus: u64, s: Setting) -> Outco
     let mut backlog = 0u64; // µs
     let mut idle = false;
     let mut out = Outcome::default();
-    let period = |out: &mut Outcome, pool: &mut i64, backlog: &mut u64, idle: &mut bool, new: u64, n: u64| {
+    // Each counted period's wait (µs), for the percentile.
+    let mut waits: Vec<u64> = Vec::with_capacity(steps.len());
+    let mut period = |out: &mut Outcome, pool: &mut i64, backlog: &mut u64, idle: &mut bool, new: u64, n: u64| {
         let want = *backlog + new;
         if *idle {
             if want == 0 {
@@ -192,9 +202,14 @@ pub fn replay(steps: &[Step], period_us: u64, nr_cpus: u64, s: Setting) -> Outco
         out.periods += n;
         out.used_us += ran;
         let throttled = *backlog > 0 && ran == have;
+        let mut wait = 0;
         if throttled {
             out.throttled += n;
+            let span = period_us.saturating_mul(n.max(1)) as f64;
+            wait = (span * (1.0 - ran as f64 / want as f64)) as u64;
+            out.wait_max_us = out.wait_max_us.max(wait);
         }
+        waits.extend(std::iter::repeat_n(wait, n as usize));
         out.deferred_us += *backlog;
         *pool = pools::refill(*pool, q, b);
         // A throttled group's refill releases it; only an untouched one stops.
@@ -213,6 +228,11 @@ pub fn replay(steps: &[Step], period_us: u64, nr_cpus: u64, s: Setting) -> Outco
         } else {
             period(&mut out, &mut pool, &mut backlog, &mut idle, st.demand_us, st.periods);
         }
+    }
+    waits.sort_unstable();
+    // Nearest rank, as the statistics' percentiles.
+    if let Some(i) = ((waits.len() as f64 * 0.99).ceil() as usize).checked_sub(1) {
+        out.wait_p99_us = waits[i];
     }
     out
 }
@@ -243,6 +263,21 @@ pub fn with_margin(us: u64) -> u64 {
     m.div_ceil(1_000) * 1_000
 }
 
+/// What the user asks of a group's limit: at most this share of periods
+/// throttled and, if given, no throttled period's tasks waiting longer than this
+/// in 99 % of the periods (as [`Outcome::wait_p99_us`] estimates it).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Target {
+    pub throttled_pct: f64,
+    pub wait_ms: Option<f64>,
+}
+
+impl Target {
+    pub fn met_by(&self, o: &Outcome) -> bool {
+        o.throttled_pct() <= self.throttled_pct && self.wait_ms.is_none_or(|ms| o.wait_p99_us as f64 <= ms * 1e3)
+    }
+}
+
 /// What `advise` tells of one group.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct Advice {
@@ -258,7 +293,10 @@ pub struct Advice {
     pub recorded_throttled_pct: f64,
     pub replayed_throttled_pct: f64,
     pub wait_p99_us: u64,
-    pub target_pct: f64,
+    /// The replay's p99 wait at the current setting (µs), the estimate the wait
+    /// target is checked against.
+    pub replayed_wait_p99_us: u64,
+    pub target: Target,
     /// "keep" (the target is met), "burst", "quota", or "none" (not even all
     /// CPUs would do), "what-if" for a setting the user gave.
     pub kind: String,
@@ -277,14 +315,14 @@ pub struct Advice {
 /// Advise on one group's history: keep its limit if the target is met, else the
 /// smallest burst (≤ quota, the kernel's bound) that meets it, else the smallest
 /// quota (with a burst of one quota). `what_if` replays a given setting instead.
-pub fn advise(h: &GroupHistory, target_pct: f64, what_if: Option<Setting>) -> Result<Advice, String> {
+pub fn advise(h: &GroupHistory, target: Target, what_if: Option<Setting>) -> Result<Advice, String> {
     let mut records = h.records()?;
     // The newest period's waits are booked in the next one.
     records.pop();
     let steps = demand(&records, h.period_us, h.nr_cpus);
     let current = Setting { quota_us: h.quota_us, burst_us: h.burst_us };
     let run = |s: Setting| replay(&steps, h.period_us, h.nr_cpus, s);
-    let meets = |s: Setting| run(s).throttled_pct() <= target_pct;
+    let meets = |s: Setting| target.met_by(&run(s));
     let active: Vec<&Record> = records.iter().filter(|r| !r.idle).collect();
     let periods: u64 = active.iter().map(|r| r.periods).sum();
     let throttled: u64 = active.iter().filter(|r| r.throttled).map(|r| r.periods).sum();
@@ -319,7 +357,8 @@ pub fn advise(h: &GroupHistory, target_pct: f64, what_if: Option<Setting>) -> Re
         recorded_throttled_pct: if periods == 0 { 0.0 } else { 100.0 * throttled as f64 / periods as f64 },
         replayed_throttled_pct: run(current).throttled_pct(),
         wait_p99_us: h.wait_p99_us,
-        target_pct,
+        replayed_wait_p99_us: run(current).wait_p99_us,
+        target,
         kind: kind.into(),
         advised,
         predicted,
@@ -405,7 +444,8 @@ pub fn run(o: &crate::opts::AdviseOpts, out: &mut impl std::io::Write) -> Result
                 )));
             }
         }
-        all.push(advise(&h, o.max_throttled_pct, what_if).map_err(|e| Error::Other(anyhow::anyhow!(e)))?);
+        let target = Target { throttled_pct: o.max_throttled_pct, wait_ms: o.max_wait_ms };
+        all.push(advise(&h, target, what_if).map_err(|e| Error::Other(anyhow::anyhow!(e)))?);
     }
     if o.json {
         for a in &all {
@@ -449,7 +489,11 @@ pub fn format(advice: &[Advice], out: &mut impl std::io::Write) -> std::io::Resu
 
 fn summary(a: &Advice) -> String {
     let ms = |us: u64| us as f64 / 1e3;
-    let pred = format!("{:.1}% throttled (target {:.1}%)", a.predicted_throttled_pct, a.target_pct);
+    let mut pred = format!("{:.1}% throttled", a.predicted_throttled_pct);
+    match a.target.wait_ms {
+        Some(w) => pred += &format!(", p99 wait {:.1} ms (target {:.1}%, {w:.1} ms)", ms(a.predicted.wait_p99_us), a.target.throttled_pct),
+        None => pred += &format!(" (target {:.1}%)", a.target.throttled_pct),
+    }
     match a.kind.as_str() {
         "keep" => format!("keep: {pred}"),
         "burst" => format!(
@@ -479,6 +523,10 @@ mod tests {
 
     fn rec(used_ms: u64, denied_ms: u64, throttled: bool) -> Record {
         Record { used_us: used_ms * MS, denied_us: denied_ms * MS, periods: 1, throttled, idle: false }
+    }
+
+    fn pct(throttled_pct: f64) -> Target {
+        Target { throttled_pct, wait_ms: None }
     }
 
     fn demands(steps: &[Step]) -> Vec<u64> {
@@ -531,7 +579,7 @@ mod tests {
         // Usage is the same either way: a burst moves it, adds none.
         assert_eq!(at(0).used_us, at(30).used_us);
         let h = history("a", 50, 0, &r);
-        let a = advise(&h, 5.0, None).unwrap();
+        let a = advise(&h, pct(5.0), None).unwrap();
         assert_eq!(a.kind, "burst");
         // 30 ms found, +10 % rounded up to ms.
         assert_eq!(a.advised, Setting { quota_us: 50 * MS, burst_us: 33 * MS });
@@ -541,11 +589,36 @@ mod tests {
         assert!(a.paste.contains(&format!("echo 33000 > /sys/fs/cgroup/a/cpu.max.burst")), "{:?}", a.paste);
     }
 
+    /// A wait target asks for what the share of throttled periods alone would not:
+    /// 80 ms burns every 4 periods at 50 ms quota throttle a third of the periods
+    /// counted (the quiet ones stop the timer), within a 40 % target, but each
+    /// waits 100 ms × (1 − 50/80) = 37.5 ms for its refill.
+    #[test]
+    fn a_wait_target_asks_for_a_burst_the_share_alone_does_not() {
+        let mut r = Vec::new();
+        for _ in 0..25 {
+            r.extend([rec(50, 50, true), rec(30, 0, false), rec(0, 0, false), rec(0, 0, false)]);
+        }
+        let h = history("a", 50, 0, &r);
+        let a = advise(&h, pct(40.0), None).unwrap();
+        assert_eq!(a.kind, "keep", "{a:?}");
+        assert_eq!(a.replayed_wait_p99_us, 37_500);
+        let a = advise(&h, Target { throttled_pct: 40.0, wait_ms: Some(10.0) }, None).unwrap();
+        assert_eq!(a.kind, "burst", "{a:?}");
+        // Waits ≤ 10 ms need 72 ms of the 80 in the pool: a 22 ms burst, + margin.
+        assert_eq!(a.advised.burst_us, with_margin(22 * MS), "{a:?}");
+        // Only the first burn, before any quota was saved, still waits 37.5 ms.
+        assert!(a.predicted.wait_p99_us <= 10 * MS, "{a:?}");
+        assert_eq!(a.predicted.wait_max_us, 37_500, "{a:?}");
+        let at_21 = replay(&demand(&h.records().unwrap()[..100], 100 * MS, 2), 100 * MS, 2, Setting { quota_us: 50 * MS, burst_us: 21 * MS });
+        assert!(at_21.wait_p99_us > 10 * MS, "{at_21:?}");
+    }
+
     #[test]
     fn a_group_that_always_wants_more_needs_quota() {
         let r: Vec<Record> = (0..50).map(|_| rec(50, 30, true)).collect();
         let h = history("hog", 50, 0, &r);
-        let a = advise(&h, 5.0, None).unwrap();
+        let a = advise(&h, pct(5.0), None).unwrap();
         assert_eq!(a.kind, "quota");
         // 80 ms per period: the smallest quota with a burst of one quota is 80 ms
         // (the first period starts with a full pool), + margin.
@@ -554,7 +627,7 @@ mod tests {
         assert!(a.predicted_throttled_pct <= 5.0);
         // More than the machine: none.
         let r: Vec<Record> = (0..50).map(|_| rec(50, 500, true)).collect();
-        let a = advise(&history("big", 50, 0, &r), 5.0, None).unwrap();
+        let a = advise(&history("big", 50, 0, &r), pct(5.0), None).unwrap();
         assert!(a.kind == "none" || a.advised.quota_us <= 200 * MS, "{a:?}");
     }
 

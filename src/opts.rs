@@ -23,6 +23,14 @@ fn pct(s: &str) -> Result<f64, String> {
     Ok(v)
 }
 
+fn wait_ms(s: &str) -> Result<f64, String> {
+    let v: f64 = s.trim().parse().map_err(|_| format!("\"{s}\" is not a number of milliseconds"))?;
+    if !(0.0..=1_000_000.0).contains(&v) {
+        return Err(format!("{v} is out of range (allowed 0..=1000000 ms)"));
+    }
+    Ok(v)
+}
+
 fn secs(s: &str) -> Result<f64, String> {
     let v: f64 = s.trim().parse().map_err(|_| format!("\"{s}\" is not a number of seconds"))?;
     if !(0.01..=86_400.0).contains(&v) {
@@ -162,6 +170,11 @@ pub struct AdviseOpts {
     /// The target: at most this share of periods throttled.
     #[arg(long, default_value_t = 5.0, value_name = "PCT", value_parser = pct)]
     pub max_throttled_pct: f64,
+
+    /// The target also bounds waits: no throttled period's tasks wait longer than
+    /// this for the refill (estimated, the period's work spread evenly over it).
+    #[arg(long, value_name = "MS", value_parser = wait_ms)]
+    pub max_wait_ms: Option<f64>,
 
     /// Predict for this burst instead of searching one (with --quota-us or the
     /// group's quota).
