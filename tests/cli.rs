@@ -213,7 +213,8 @@ fn advise_bad_input_exits_2_naming_the_option() {
         (&["advise", "--max-throttled-pct", "150"], "--max-throttled-pct"),
         (&["advise", "--max-throttled-pct", "x"], "\"x\" is not a percentage"),
         (&["advise", "--quota-us", "10"], "--quota-us"),
-        (&["advise", "--max-wait-ms", "-3"], "--max-wait-ms"),
+        (&["advise", "--max-wait-ms=-3"], "--max-wait-ms"),
+        (&["advise", "--max-wait-ms", "soon"], "\"soon\" is not a number of milliseconds"),
         (&["advise", "--quota-us", "20000", "--burst-us", "30000"], "--burst-us 30000: out of range (allowed 0..=20000"),
         (&["--config", "/nonexistent", "advise"], "advise"),
     ];
