@@ -258,7 +258,7 @@ pub fn hist_percentile(hist: &[u64], q: f64) -> u64 {
 }
 
 /// Counter difference that survives a counter reset (slot reused).
-fn delta(now: u64, before: u64) -> u64 {
+pub(crate) fn delta(now: u64, before: u64) -> u64 {
     now.checked_sub(before).unwrap_or(now)
 }
 
@@ -268,30 +268,47 @@ const TABLE_ROWS: usize = 30;
 /// Width of the table's cgroup column; longer paths keep their tail.
 const CGROUP_COL: usize = 28;
 
+impl GroupMetrics {
+    /// The throttle-wait histogram of the interval since `prev`.
+    pub fn wait_hist_since(&self, prev: &GroupMetrics) -> Vec<u64> {
+        self.wait_hist.iter().enumerate().map(|(i, n)| delta(*n, *prev.wait_hist.get(i).unwrap_or(&0))).collect()
+    }
+}
+
 impl Metrics {
-    /// The report for the interval from `prev` to `self`: one row per group,
-    /// most throttled first, then the global counters.
-    pub fn format<W: Write>(&self, prev: &Metrics, w: &mut W) -> Result<()> {
-        let secs = (self.at_us.saturating_sub(prev.at_us) as f64 / 1e6).max(1e-9);
+    /// Seconds from `prev` to `self` (never 0: rates divide by it).
+    pub fn interval_secs(&self, prev: &Metrics) -> f64 {
+        (self.at_us.saturating_sub(prev.at_us) as f64 / 1e6).max(1e-9)
+    }
+
+    /// Each group with its snapshot in `prev` (matched by cgroup, so a group that
+    /// appeared meanwhile is compared with zeros) and the time it was throttled in
+    /// between, most throttled first: the order of the table and of `--graph`.
+    pub fn by_throttling<'a>(&'a self, prev: &'a Metrics) -> Vec<(u64, &'a GroupMetrics, &'a GroupMetrics)> {
+        static EMPTY: std::sync::LazyLock<GroupMetrics> = std::sync::LazyLock::new(GroupMetrics::default);
         let before: BTreeMap<&str, &GroupMetrics> = prev.groups.iter().map(|g| (g.cgroup.as_str(), g)).collect();
-        let empty = GroupMetrics::default();
-        // Most throttled first; only the rows shown are formatted (there may be thousands).
         let mut order: Vec<(u64, &GroupMetrics, &GroupMetrics)> = self
             .groups
             .iter()
-            .map(|g| {
-                let p = before.get(g.cgroup.as_str()).copied().unwrap_or(&empty);
-                (delta(g.throttled_usec, p.throttled_usec), g, p)
-            })
+            .map(|g| (g, before.get(g.cgroup.as_str()).copied().unwrap_or(&EMPTY)))
+            .map(|(g, p)| (delta(g.throttled_usec, p.throttled_usec), g, p))
             .collect();
-        order.sort_by(|a, b| b.0.cmp(&a.0));
+        order.sort_by_key(|o| std::cmp::Reverse(o.0));
+        order
+    }
+
+    /// The report for the interval from `prev` to `self`: one row per group,
+    /// most throttled first, then the global counters.
+    pub fn format<W: Write>(&self, prev: &Metrics, w: &mut W) -> Result<()> {
+        let secs = self.interval_secs(prev);
+        let order = self.by_throttling(prev);
+        // Only the rows shown are formatted (there may be thousands).
         let hidden = order.len().saturating_sub(TABLE_ROWS);
         let mut rows: Vec<String> = Vec::new();
         for &(throttled_us, g, p) in order.iter().take(TABLE_ROWS) {
             let cpus = delta(g.usage_usec, p.usage_usec) as f64 / 1e6 / secs;
             let limit = g.quota_us as f64 / g.period_us.max(1) as f64;
-            let hist: Vec<u64> =
-                g.wait_hist.iter().enumerate().map(|(i, n)| delta(*n, *p.wait_hist.get(i).unwrap_or(&0))).collect();
+            let hist = g.wait_hist_since(p);
             let wait = |q| match hist_percentile(&hist, q) {
                 0 => "-".to_string(),
                 us => format!("{:.1}", us as f64 / 1e3),
