@@ -8,6 +8,7 @@
 //! - `rules`: `[[rule]]` limits for cgroups found by glob;
 //! - `scheduler`: loading the BPF side and the agent's run loop;
 //! - `stats`: counters and the `--stats` report;
+//! - `graph`: `--monitor --graph`, each group's periods and throttle waits drawn;
 //! - `openmetrics`: the statistics as Prometheus text (`--metrics-addr`).
 
 pub mod advise;
@@ -15,6 +16,7 @@ pub mod bpf_intf;
 pub mod bpf_skel;
 pub mod cgroups;
 pub mod config;
+pub mod graph;
 pub mod openmetrics;
 pub mod opts;
 pub mod pools;
