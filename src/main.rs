@@ -111,7 +111,7 @@ fn main() -> ExitCode {
 
     if let Some(secs) = opts.monitor {
         let stop = shutdown.clone();
-        return match stats::monitor(Duration::from_secs_f64(secs), move || stop.load(Ordering::Relaxed)) {
+        return match stats::monitor(Duration::from_secs_f64(secs), opts.graph, move || stop.load(Ordering::Relaxed)) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 error!("monitor: {e:#}");

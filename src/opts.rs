@@ -111,6 +111,12 @@ pub struct Opts {
     #[arg(long, value_name = "SECS", value_parser = secs, conflicts_with_all = ["config", "stats"])]
     pub monitor: Option<f64>,
 
+    /// With --monitor: draw each limited group instead of the table: CPU time
+    /// used in its last 32 periods against quota and burst, and how long its
+    /// throttled tasks waited in the interval (a histogram with p50/p99).
+    #[arg(long, requires = "monitor")]
+    pub graph: bool,
+
     /// Let members of GROUP (a name or a numeric gid) read the statistics
     /// socket: it becomes mode 0660 and its directory 0750, both of that group.
     /// Without it only root can (mode 0600).

@@ -461,13 +461,15 @@ pub fn open_socket_to(socket: &Path, gid: u32) -> Result<()> {
     })
 }
 
-/// `--monitor`: read a running instance's stats socket every `every` and print
-/// the table of each interval. Read-only; needs access to the socket (root).
-pub fn monitor(every: Duration, shutdown: impl Fn() -> bool) -> Result<()> {
+/// `--monitor`, read-only: read a running instance's stats socket (root's, or --stats-group's)
+/// every `every` and print the table of each interval, or with `graph` draw it ([`crate::graph`]).
+pub fn monitor(every: Duration, graph: bool, shutdown: impl Fn() -> bool) -> Result<()> {
     let mut prev: Option<Metrics> = None;
     scx_utils::monitor_stats::<Metrics>(&[], every, shutdown, |m| {
-        if let Some(p) = &prev {
-            m.format(p, &mut std::io::stdout())?;
+        match &prev {
+            Some(p) if graph => crate::graph::print(p, &m)?,
+            Some(p) => m.format(p, &mut std::io::stdout())?,
+            None => {}
         }
         prev = Some(m);
         Ok(())

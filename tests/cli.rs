@@ -145,6 +145,7 @@ fn bad_cli_values_exit_2() {
         (&["--metrics-textfile", "/nonexistent-scxbw/node.prom"][..], "--metrics-textfile /nonexistent-scxbw/node.prom: cannot write"),
         (&["--metrics-textfile", "/tmp"][..], "--metrics-textfile /tmp: is a directory"),
         (&["--metrics-textfile", "/tmp/x.prom", "--monitor", "1"][..], "cannot be used with"),
+        (&["--graph"][..], "required arguments were not provided"),
         (&["--bogus"][..], "unexpected argument"),
     ] {
         let (code, err) = run(args);
