@@ -142,12 +142,17 @@ fn usage_chart(g: &GroupMetrics, width: usize, out: &mut Vec<String>) {
     }
     let mut axis = format!("{:>Y_LABEL$} └", 0);
     axis.extend(used.iter().map(|&v| if v > quota { OVER_QUOTA } else { '─' }));
-    axis.push_str(&format!(" {} periods of {}, oldest left", used.len(), fmt_us(g.period_us)));
-    let over = used.iter().filter(|&&v| v > quota).count();
-    if over > 0 {
-        axis.push_str(&format!("; {OVER_QUOTA} {over} over quota"));
+    axis.push_str(&format!(" {} periods of {}", used.len(), fmt_us(g.period_us)));
+    let over = match used.iter().filter(|&&v| v > quota).count() {
+        0 => String::new(),
+        n => format!(", {OVER_QUOTA} {n} over quota"),
+    };
+    // The reading hint goes first when space runs short.
+    let hint = " (oldest left)";
+    if axis.chars().count() + hint.len() + over.chars().count() <= width {
+        axis.push_str(hint);
     }
-    out.push(axis);
+    out.push(axis + &over);
 }
 
 /// The interval's throttle waits: one bar per bucket (or run of buckets) from the
@@ -171,11 +176,15 @@ fn waits(g: &GroupMetrics, p: &GroupMetrics, secs: f64, width: usize, out: &mut 
     // The figures since start are an aside: left out rather than cut.
     let fits = head.chars().count() + since.chars().count() <= width;
     out.push(if fits { head + &since } else { head });
-    let per_row = (hi - lo + 1).div_ceil(HIST_ROWS);
-    let rows: Vec<(u64, u64)> = (lo..=hi)
+    // Runs of 1, 2 or a multiple of 4 buckets, aligned: a power of two's four
+    // buckets stay together, so grouped rows end at powers of two.
+    let per_row = [1, 2].into_iter().chain((1..).map(|k| 4 * k)).find(|n| hi / n - lo / n < HIST_ROWS).unwrap_or(1);
+    let rows: Vec<(u64, u64)> = (lo / per_row * per_row..=hi)
         .step_by(per_row)
+        // Buckets 4..8 are never counted (4 µs and up start at bucket 8).
+        .filter(|&b| !(4..8).contains(&b) || b + per_row > 8)
         .map(|b| {
-            let last = (b + per_row - 1).min(hi);
+            let last = (b + per_row).min(hist.len()) - 1;
             (bucket_upper_us(last), hist[b..=last].iter().sum())
         })
         .collect();
@@ -336,7 +345,7 @@ mod tests {
         let c = Chart::of(&lines);
         let marks: String = (0..5).map(|col| c.axis[c.x0 + col]).collect();
         assert_eq!(marks, format!("─{OVER_QUOTA}──{OVER_QUOTA}"));
-        assert!(c.axis.iter().collect::<String>().contains("5 periods of 100ms, oldest left; ▲ 2 over quota"));
+        assert!(c.axis.iter().collect::<String>().ends_with(" 5 periods of 100ms (oldest left), ▲ 2 over quota"));
     }
 
     #[test]
@@ -426,15 +435,24 @@ mod tests {
 
     #[test]
     fn wide_wait_ranges_are_grouped() {
+        // Buckets 10..=70: 61 buckets, 8 powers of two (buckets 8..72) as 8 rows of 8 buckets.
         let counts: Vec<(usize, u64)> = (10..=70).step_by(3).map(|b| (b, b as u64)).collect();
-        let total: u64 = counts.iter().map(|c| c.1).sum();
-        let g = GroupMetrics { wait_hist: hist(&counts), ..group("web", 50 * MS, 0, &[]) };
+        let h = hist(&counts);
+        let g = GroupMetrics { wait_hist: h.clone(), ..group("web", 50 * MS, 0, &[]) };
         let rows = bars(&frame(vec![], vec![g], 80));
-        assert!(rows.len() <= HIST_ROWS && rows.len() >= HIST_ROWS / 2, "{rows:?}");
-        assert_eq!(rows.iter().map(|r| r.1).sum::<u64>(), total);
-        let uppers: Vec<u64> = rows.iter().map(|r| parse_us(&r.0)).collect();
-        assert!(uppers.windows(2).all(|w| w[0] < w[1]), "{uppers:?}");
-        assert_eq!(rows.last().unwrap().0, format!("<{}", fmt_us(bucket_upper_us(70))));
+        assert_eq!(rows.len(), 8, "{rows:?}");
+        for (i, (label, n, _)) in rows.iter().enumerate() {
+            let first = 8 + 8 * i;
+            assert_eq!(*n, h[first..first + 8].iter().sum::<u64>(), "{label}");
+            // Each row ends at a power of two: bucket 4k+3 ends at 2^(k+1) µs.
+            assert_eq!(bucket_upper_us(first + 7), 1 << (first / 4 + 2));
+            assert_eq!(label, &format!("<{}", fmt_us(1 << (first / 4 + 2))));
+        }
+        assert_eq!(rows[1].0, "<64µs");
+        // Below 4 µs the buckets are one per µs and 4..8 are never used: no row for them.
+        let g = GroupMetrics { wait_hist: hist(&[(1, 1), (9, 2)]), ..group("web", 50 * MS, 0, &[]) };
+        let labels: Vec<String> = bars(&frame(vec![], vec![g], 80)).into_iter().map(|r| r.0).collect();
+        assert_eq!(labels, ["<2µs", "<3µs", "<4µs", "<5µs", "<6µs"]);
     }
 
     #[test]
