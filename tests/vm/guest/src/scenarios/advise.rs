@@ -75,6 +75,33 @@ fn advise(ctx: &mut Ctx) -> Result<(), String> {
         return Err(format!("{CG}: {before_pct:.1} % of periods throttled at {QUOTA_US}/{PERIOD_US}: the premise (at least 20 %) does not hold"));
     }
 
+    // The picture of the same: `--monitor 1 --graph` draws the group with the share of
+    // its periods throttled in each interval.
+    let mut mon = std::process::Command::new(ctx.sched_bin())
+        .args(["--monitor", "1", "--graph"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .map_err(|e| format!("start --monitor --graph: {e}"))?;
+    sleep(Duration::from_millis(4500));
+    let _ = mon.kill();
+    let out = mon.wait_with_output().map_err(|e| format!("--monitor --graph: {e}"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let (mut periods, mut throttled) = (0u64, 0u64);
+    for line in text.lines().filter(|l| l.starts_with(CG)) {
+        let counts = line.split("throttled ").nth(1).and_then(|r| r.split(' ').next()).and_then(|f| f.split_once('/'));
+        if let Some((t, p)) = counts.and_then(|(t, p)| Some((t.parse::<u64>().ok()?, p.parse::<u64>().ok()?))) {
+            throttled += t;
+            periods += p;
+        }
+    }
+    let drawn = if periods == 0 { f64::NAN } else { 100.0 * throttled as f64 / periods as f64 };
+    ctx.figure("graph.throttled", format!("{throttled}/{periods}"));
+    if !(periods >= 20 && (drawn - before_pct).abs() <= 15.0 && text.contains("quota")) {
+        let head: Vec<&str> = text.lines().take(14).collect();
+        ctx.fail(format!("--monitor --graph drew {throttled}/{periods} periods throttled for {CG} ({before_pct:.1} % measured): {}", head.join(" | ")));
+    }
+
     // The table, as a user reads it: the group, and the line to paste for cpu.max.burst.
     let (code, table, err) = sched_cmd(ctx, &["advise", "--cgroup", CG])?;
     for line in table.lines() {
