@@ -37,7 +37,8 @@ impl Agent {
         let mut a = Agent {
             timers: Vec::with_capacity(n),
             pools: (0..n).map(|_| AtomicI64::new(pools::refill(0, QUOTA_NS, BURST_NS))).collect(),
-            books: vec![PeriodBook::default(); n],
+            // Each with the history the agent keeps by default (--history-secs 3600).
+            books: vec![PeriodBook { history: pools::History::new(pools::MAX_RECORDS), ..Default::default() }; n],
             usage: vec![0; n],
             due: TimerQueue::default(),
             now: t0,
@@ -64,7 +65,7 @@ impl Agent {
             self.pools[slot].fetch_sub(used as i64, std::sync::atomic::Ordering::AcqRel);
             self.usage[slot] += used;
             let (left, refilled) = pools::refill_shared(&self.pools[slot], QUOTA_NS, BURST_NS);
-            self.books[slot].close(QUOTA_NS, PERIOD, left, refilled, self.usage[slot], overrun, self.now);
+            self.books[slot].close(QUOTA_NS, PERIOD, (left, refilled), (self.usage[slot], 0), overrun, false, self.now);
             self.due.push(Due { at: self.timers[slot].deadline(), slot, slack: false });
             refills += 1;
         }
