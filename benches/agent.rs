@@ -37,8 +37,8 @@ impl Agent {
         let mut a = Agent {
             timers: Vec::with_capacity(n),
             pools: (0..n).map(|_| AtomicI64::new(pools::refill(0, QUOTA_NS, BURST_NS))).collect(),
-            // Each with the history the agent keeps by default (--history-secs 3600).
-            books: vec![PeriodBook { history: pools::History::new(pools::MAX_RECORDS), ..Default::default() }; n],
+            // Each with the history the agent keeps by default (--history-secs).
+            books: vec![PeriodBook { history: pools::History::new((pools::DEFAULT_HISTORY_SECS * 10) as usize), ..Default::default() }; n],
             usage: vec![0; n],
             due: TimerQueue::default(),
             now: t0,

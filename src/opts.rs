@@ -134,9 +134,9 @@ pub struct Opts {
     pub metrics_textfile: Option<PathBuf>,
 
     /// How far back each limited group's per-period history reaches, which
-    /// `advise` replays: 8 bytes per period, at most 36000 periods (281 KiB) per
-    /// group. 0 keeps none.
-    #[arg(long, default_value_t = 3600, value_name = "SECS", value_parser = clap::value_parser!(u64).range(0..=86_400))]
+    /// `advise` replays: 8 bytes per period (47 KiB per busy group at the default
+    /// and 100 ms periods), at most 36000 periods (281 KiB) per group. 0 keeps none.
+    #[arg(long, default_value_t = crate::pools::DEFAULT_HISTORY_SECS, value_name = "SECS", value_parser = clap::value_parser!(u64).range(0..=86_400))]
     pub history_secs: u64,
 
     /// Describe every statistic (the fields of the stats socket's JSON) and exit.
