@@ -15,28 +15,16 @@ fn us_in(min: u64, max: u64) -> impl Fn(&str) -> Result<u64, String> + Clone {
     }
 }
 
-fn pct(s: &str) -> Result<f64, String> {
-    let v: f64 = s.trim().parse().map_err(|_| format!("\"{s}\" is not a percentage"))?;
-    if !(0.0..=100.0).contains(&v) {
-        return Err(format!("{v} is out of range (allowed 0..=100 %)"));
+/// Validate a decimal option against an inclusive range; `what` names the unit
+/// in the error ("a number of seconds") and `unit` follows the bounds ("s").
+fn decimal_in(min: f64, max: f64, what: &'static str, unit: &'static str) -> impl Fn(&str) -> Result<f64, String> + Clone {
+    move |s: &str| {
+        let v: f64 = s.trim().parse().map_err(|_| format!("\"{s}\" is not {what}"))?;
+        if !(min..=max).contains(&v) {
+            return Err(format!("{v} is out of range (allowed {min}..={max} {unit})"));
+        }
+        Ok(v)
     }
-    Ok(v)
-}
-
-fn wait_ms(s: &str) -> Result<f64, String> {
-    let v: f64 = s.trim().parse().map_err(|_| format!("\"{s}\" is not a number of milliseconds"))?;
-    if !(0.0..=1_000_000.0).contains(&v) {
-        return Err(format!("{v} is out of range (allowed 0..=1000000 ms)"));
-    }
-    Ok(v)
-}
-
-fn secs(s: &str) -> Result<f64, String> {
-    let v: f64 = s.trim().parse().map_err(|_| format!("\"{s}\" is not a number of seconds"))?;
-    if !(0.01..=86_400.0).contains(&v) {
-        return Err(format!("{v} is out of range (allowed 0.01..=86400 s)"));
-    }
-    Ok(v)
 }
 
 /// A group name from the group database, or a numeric gid.
@@ -103,12 +91,12 @@ pub struct Opts {
     pub test_defer_task_ctx: bool,
 
     /// Print per-group statistics every SECS seconds while running.
-    #[arg(long, value_name = "SECS", value_parser = secs)]
+    #[arg(long, value_name = "SECS", value_parser = decimal_in(0.01, 86_400.0, "a number of seconds", "s"))]
     pub stats: Option<f64>,
 
     /// Do not run a scheduler: print the statistics of the running instance
     /// every SECS seconds (read from its stats socket; read-only).
-    #[arg(long, value_name = "SECS", value_parser = secs, conflicts_with_all = ["config", "stats"])]
+    #[arg(long, value_name = "SECS", value_parser = decimal_in(0.01, 86_400.0, "a number of seconds", "s"), conflicts_with_all = ["config", "stats"])]
     pub monitor: Option<f64>,
 
     /// With --monitor: draw each limited group instead of the table: CPU time
@@ -174,12 +162,12 @@ pub struct AdviseOpts {
     pub cgroup: Option<String>,
 
     /// The target: at most this share of periods throttled.
-    #[arg(long, default_value_t = 5.0, value_name = "PCT", value_parser = pct)]
+    #[arg(long, default_value_t = 5.0, value_name = "PCT", value_parser = decimal_in(0.0, 100.0, "a percentage", "%"))]
     pub max_throttled_pct: f64,
 
     /// The target also bounds waits: no throttled period's tasks wait longer than
     /// this for the refill (estimated, the period's work spread evenly over it).
-    #[arg(long, value_name = "MS", value_parser = wait_ms)]
+    #[arg(long, value_name = "MS", value_parser = decimal_in(0.0, 1e6, "a number of milliseconds", "ms"))]
     pub max_wait_ms: Option<f64>,
 
     /// Predict for this burst instead of searching one (with --quota-us or the
