@@ -116,6 +116,34 @@ def burst(cfs, scx, wide):
     return lines
 
 
+# The burst sweep's goal: our p99 burn time at most this many times the kernel's, per cell.
+SWEEP_GOAL = 1.05
+
+
+def burst_sweep(cfs, scx, wide):
+    """One row per cell of the `burst_sweep` scenario: its figures are keyed b<burn>d<duty>t<threads>."""
+    lines = ["| burn (ms) | duty | threads | quota = burst (ms) | CFS p50 | CFS p99 | scx p50 | scx p99 | scx p99 ÷ CFS p99 "
+             f"| ≤ {SWEEP_GOAL}× |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    a, b = cfs.get("burst_sweep", {}), scx.get("burst_sweep", {})
+    cells = set()
+    for figs in (a, b):
+        for key in figs:
+            m = re.match(r"^b(\d+)d(\d+)t(\d+)\.p99_ms$", key)
+            if m:
+                cells.add(tuple(int(g) for g in m.groups()))
+    if not cells:
+        return lines + ["| – | – | – | – | – | – | – | – | – | – |"]
+    for burn, duty, threads in sorted(cells):
+        k = f"b{burn}d{duty}t{threads}."
+        pa, pb = num(a, k + "p99_ms"), num(b, k + "p99_ms")
+        ratio = None if pa is None or pb is None else pb / pa
+        ok = "–" if ratio is None else ("yes" if ratio <= SWEEP_GOAL else "**no**")
+        quota = a.get(k + "quota_ms", b.get(k + "quota_ms", "–"))
+        lines.append(f"| {burn} | {duty} % | {threads} | {quota} | {fmt(num(a, k + 'p50_ms'), '{:.1f}')} | {fmt(pa, '{:.1f}')} "
+                     f"| {fmt(num(b, k + 'p50_ms'), '{:.1f}')} | {fmt(pb, '{:.1f}')} | {fmt(ratio)} | {ok} |")
+    return lines
+
+
 def throttling(cfs, scx, wide):
     lines = ["| | resumes | p50 | p99 | max |", "| --- | --- | --- | --- | --- |"]
     for label, figs in [("kernel CFS", cfs.get("throttle_cost", {})), ("scx_bandwidth", scx.get("throttle_cost", {}))]:
@@ -180,6 +208,15 @@ Where ours is slower it is the `SCHED_FIFO` agent waking for refills while both 
 (docs/design.md, "Burst latency"). Without a burst both throttle the burns that fall early in
 a period; how many a strict quota catches depends on where they fall against the period, for
 both, so that row's p99 and max move from run to run."""),
+    ("Burst sweep: wall time of a burn across burn lengths, duty cycles and threads, burst = quota (ms)", burst_sweep,
+     f"""The `burst_sweep` scenario: each cell is a cgroup of its own with cpu.max and cpu.max.burst
+written to cgroupfs, idle for 1 s (its pool fills to quota + burst), then threads burning the
+given CPU time at the given duty cycle for about 100 burns (6 to 20 s). The quota is 20
+points of duty above the average use, per thread, so the kernel does not throttle these
+groups: what differs is what each enforcer costs a bursty group that stays within its limit.
+The goal is our p99 at most {SWEEP_GOAL}× the kernel's in every cell; a cell that misses it
+says **no**. Where ours is slower it is the `SCHED_FIFO` agent waking for refills while the
+threads burn (docs/design.md, "Burst latency")."""),
     ("Throttling cost: a throttled hog's resume after each refill, behind the fastest resume (µs)", throttling,
      """How much later than the fastest resume a hog throttled every period ran again after each
 refill (the refills lie on a grid of one period: each resume's phase on it, less the earliest).

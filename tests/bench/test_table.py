@@ -37,6 +37,7 @@ SCENARIO nested PASS p.ratio=1.000 p.x.ratio=0.996
 SCENARIO burst_latency PASS p50_ms=60.1 p99_ms=60.8 max_ms=61.0 burns_ms={listed(CFS_BURNS)}\r
 SCENARIO burst_latency_strict FAIL p50_ms=60.0 p99_ms=61.9 max_ms=104.3 usage_ms_per_100ms={listed(CFS_USAGE)} \
 limit_ms_per_100ms=100.0 reason=first burns 61.0 ms: no visible throttling
+SCENARIO burst_sweep PASS b20d30t1.quota_ms=50 b20d30t1.burns=140 b20d30t1.p50_ms=20.1 b20d30t1.p99_ms=21.0 b90d70t2.quota_ms=180 b90d70t2.burns=150 b90d70t2.p50_ms=90.2 b90d70t2.p99_ms=96.0
 SCENARIO throttle_cost PASS resumes=111 delay_p50_us=69 delay_p99_us=215 delay_max_us=225
 SCENARIO overhead SKIP
 SCENARIO agent_cost SKIP
@@ -51,6 +52,7 @@ SCENARIO burst_latency FAIL p50_ms=90.0 p99_ms=99.0 max_ms=99.9 burns_ms=90.0,99
 SCENARIO burst_latency PASS p50_ms=60.5 p99_ms=62.9 max_ms=64.5 burns_ms={listed(SCX_BURNS)}
 SCENARIO burst_latency_strict PASS p50_ms=60.0 p99_ms=70.5 max_ms=107.8 usage_ms_per_100ms={listed(SCX_USAGE)} \
 limit_ms_per_100ms=100.0
+SCENARIO burst_sweep PASS b20d30t1.quota_ms=50 b20d30t1.burns=139 b20d30t1.p50_ms=20.2 b20d30t1.p99_ms=21.5 b20d30t1.throttled=0 b90d70t2.quota_ms=180 b90d70t2.burns=150 b90d70t2.p50_ms=91.0 b90d70t2.p99_ms=105.6 b90d70t2.throttled=1
 SCENARIO throttle_cost PASS resumes=108 delay_p50_us=364 delay_p99_us=2896 delay_max_us=3625
 SCENARIO overhead PASS pingpong.scx_per_s=39302 pingpong.kernel_per_s=51155 pingpong.ratio=0.768 forks.scx_per_s=644 forks.kernel_per_s=609 forks.ratio=1.057 messaging.scx_per_s=90000 messaging.kernel_per_s=95000 messaging.ratio=0.947 wakelat.p50_us.scx=500 wakelat.p50_us.kernel=700 wakelat.p50_us.ratio=0.714 wakelat.p99_us.scx=9000 wakelat.p99_us.kernel=6000 wakelat.p99_us.ratio=1.500
 SCENARIO agent_cost PASS n10.agent_ms_per_s=36.2 n10.agent_runs_per_s=101 n10.ticker_ms_per_s=20.8 n100.agent_ms_per_s=36.1 n100.agent_runs_per_s=81 n100.ticker_ms_per_s=20.0 n1000.agent_ms_per_s=41.6 n1000.agent_runs_per_s=91 n1000.ticker_ms_per_s=24.7
@@ -160,6 +162,19 @@ class Writer(unittest.TestCase):
         run = self.run_of()
         first = run.write()[2]
         self.assertEqual(run.write()[2], first)
+
+    def test_burst_sweep_rows_and_goal(self):
+        lines = table.burst_sweep(table.results(self.run_of().cfs), table.results(self.run_of().scx), {})
+        # 21.5 / 21.0 = 1.024 meets the 1.05 goal; 105.6 / 96.0 = 1.100 does not.
+        self.assertEqual(lines[2], "| 20 | 30 % | 1 | 50 | 20.1 | 21.0 | 20.2 | 21.5 | 1.024 | yes |")
+        self.assertEqual(lines[3], "| 90 | 70 % | 2 | 180 | 90.2 | 96.0 | 91.0 | 105.6 | 1.100 | **no** |")
+        self.assertEqual(len(lines), 4)
+        # A cell one enforcer lacks is a missing figure, and no sweep at all is one too.
+        run = self.run_of(scx=SCX_LOG.replace(" b90d70t2.p99_ms=105.6", ""))
+        rc, _, err = run.main("--check", run.cfs, run.scx, run.wide)
+        self.assertEqual(rc, 1)
+        self.assertIn("| 90 | 70 % | 2 | 180 | 90.2 | 96.0 | 91.0 | – | – | – |", err)
+        self.assertEqual(table.burst_sweep({}, {}, {})[2:], ["| – | – | – | – | – | – | – | – | – | – |"])
 
     def test_check_fails_on_a_missing_figure(self):
         run = self.run_of(scx=SCX_LOG.replace("n100.agent_ms_per_s=36.1 ", ""))

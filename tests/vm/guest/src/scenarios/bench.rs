@@ -207,6 +207,30 @@ pub(super) fn agent_cost(ctx: &mut Ctx) -> Result<(), String> {
 mod tests {
     use super::*;
 
+    /// The sweep's premises, cell by cell: the average use fits the quota with 20
+    /// points of room per thread, a pool of quota + burst holds a period in which every
+    /// thread runs throughout, the sleep gives the duty asked, and a cell runs long
+    /// enough for 100 burns unless that would take over 20 s.
+    #[test]
+    fn sweep_cells_stay_within_their_limits() {
+        let cells = sweep_cells();
+        assert_eq!(cells.len(), 12);
+        for c in &cells {
+            let q_ms = c.quota_us() as f64 / 1e3;
+            let avg_ms = c.threads as f64 * 100.0 * c.burn_ms as f64 / (c.burn_ms + c.sleep_ms()) as f64;
+            assert!(avg_ms <= q_ms - 19.0 * c.threads as f64, "{}: {avg_ms} of {q_ms}", c.key());
+            assert!(c.threads as f64 * 100.0 <= 2.0 * q_ms, "{}", c.key());
+            let duty = 100.0 * c.burn_ms as f64 / (c.burn_ms + c.sleep_ms()) as f64;
+            // Whole-ms sleeps: within 1.5 points.
+            assert!((duty - c.duty_pct as f64).abs() < 1.5, "{}: {duty}", c.key());
+            let burns = c.seconds() as f64 * 1e3 / (c.burn_ms + c.sleep_ms()) as f64 * c.threads as f64;
+            assert!(burns >= 99.0 || c.seconds() == 20, "{}: {burns}", c.key());
+        }
+        let mut keys: Vec<String> = cells.iter().map(SweepCell::key).collect();
+        keys.dedup();
+        assert_eq!(keys.len(), 12);
+    }
+
     #[test]
     fn resume_delays_on_a_grid() {
         const P: u64 = 100;
@@ -218,4 +242,92 @@ mod tests {
         assert_eq!(d, vec![0, 1, 3, 4]);
         assert!(resume_delays(&[], P).is_empty());
     }
+}
+
+/// One cell of the burst sweep: `threads` threads burning `burn_ms` of CPU at a duty
+/// cycle of `duty_pct` (sleeping burn × (100 − duty) / duty between burns).
+pub(super) struct SweepCell {
+    pub burn_ms: u32,
+    pub duty_pct: u32,
+    pub threads: u32,
+}
+
+/// The cells: burns of 20, 50 and 90 ms, duty cycles of 30 and 70 %, 1 and 2 threads
+/// (2 threads at 70 % are 1.4 CPUs of the guest's 2: the CPUs are not what limits).
+pub(super) fn sweep_cells() -> Vec<SweepCell> {
+    let mut v = Vec::new();
+    for burn_ms in [20, 50, 90] {
+        for duty_pct in [30, 70] {
+            for threads in [1, 2] {
+                v.push(SweepCell { burn_ms, duty_pct, threads });
+            }
+        }
+    }
+    v
+}
+
+impl SweepCell {
+    pub fn key(&self) -> String {
+        format!("b{}d{}t{}", self.burn_ms, self.duty_pct, self.threads)
+    }
+
+    fn sleep_ms(&self) -> u32 {
+        (self.burn_ms * (100 - self.duty_pct)).div_ceil(self.duty_pct)
+    }
+
+    /// Quota per 100 ms period, burst = quota: 20 points of duty above the average use
+    /// (at most a CPU per thread), so the long-run average fits with room, and a pool
+    /// of twice that holds any one period's peak: the kernel does not throttle these.
+    fn quota_us(&self) -> u64 {
+        self.threads as u64 * 1_000 * (self.duty_pct + 20).min(100) as u64
+    }
+
+    /// Long enough for about 100 burns (then the nearest-rank p99 is not the slowest
+    /// one), 6 to 20 s.
+    fn seconds(&self) -> u64 {
+        let cycle_ms = (self.burn_ms + self.sleep_ms()) as u64;
+        (100 * cycle_ms / self.threads as u64).div_ceil(1000).clamp(6, 20)
+    }
+}
+
+/// The burst sweep (issue: burst latency across workloads): each cell in a cgroup of its
+/// own whose cpu.max and cpu.max.burst are written to cgroupfs (enforced by the kernel's
+/// CFS with --no-sched, by scx_bandwidth otherwise), idle for 1 s first so the pool holds
+/// quota + burst, then the duty workload. Printed per cell: burns, p50/p99/max of a burn's
+/// wall time (ms), and the group's throttled periods where the scheduler counts them.
+pub(super) fn burst_sweep(ctx: &mut Ctx) -> Result<(), String> {
+    for (i, c) in sweep_cells().into_iter().enumerate() {
+        let cg = leak(format!("t/sw/c{i}"));
+        crate::cgroup::create_tree(&[cg])?;
+        crate::cgroup::write_cpu_max(cg, c.quota_us(), 100_000)?;
+        crate::cgroup::write_cpu_max_burst(cg, c.quota_us())?;
+        sleep(Duration::from_secs(1));
+        let before = if ctx.has_sched() { Some(crate::stats::fetch()?) } else { None };
+        let w = ctx.spawn(
+            &Workload {
+                cgroup: cg,
+                work: Work::Duty { threads: c.threads, burn_ms: c.burn_ms, sleep_ms: c.sleep_ms() },
+                pin: None,
+            },
+            c.seconds(),
+        )?;
+        ctx.check_on_scx(w);
+        let st = ctx.wait_workload(w, Duration::from_secs(c.seconds() + 20))?;
+        if st.code() != Some(0) {
+            return Err(format!("{}: duty workload {}", c.key(), crate::sched::describe(st)));
+        }
+        let d = crate::output::parse_duty(&ctx.output(w)).ok_or_else(|| format!("{}: no DUTY line", c.key()))?;
+        let k = c.key();
+        ctx.figure(format!("{k}.quota_ms"), c.quota_us() / 1_000);
+        ctx.figure(format!("{k}.burns"), d.burns);
+        ctx.figure(format!("{k}.p50_ms"), format!("{:.1}", d.p50_ms));
+        ctx.figure(format!("{k}.p99_ms"), format!("{:.1}", d.p99_ms));
+        ctx.figure(format!("{k}.max_ms"), format!("{:.1}", d.max_ms));
+        if let Some(before) = before {
+            let after = crate::stats::fetch()?;
+            ctx.figure(format!("{k}.throttled"), crate::stats::group_delta(&before, &after, cg, "nr_throttled")?);
+        }
+        crate::cgroup::remove_tree(cg)?;
+    }
+    Ok(())
 }

@@ -14,7 +14,7 @@
 //! types, the constructors the lists use, all() and bench(), and the helpers areas share.
 
 use crate::runner::Ctx;
-use bench::{agent_cost, overhead, throttle_cost};
+use bench::{agent_cost, burst_sweep, overhead, throttle_cost};
 use std::thread::sleep;
 use std::time::Duration;
 
@@ -310,6 +310,14 @@ pub fn bench() -> Vec<Scenario> {
         }
     }
     v.extend(all().into_iter().filter(|s| ["nested", "burst_latency", "burst_latency_strict", "scale"].contains(&s.name)));
+    v.push(Scenario {
+        name: "burst_sweep",
+        about: "burst latency across workloads: burns of 20/50/90 ms at 30/70 % duty, 1-2 threads, burst = quota, limits the kernel does not throttle: p50/p99/max burn time per cell",
+        needs_sched: false,
+        limits: vec![],
+        cgroups: vec!["t/sw"],
+        body: Body::Custom(burst_sweep),
+    });
     v.push(custom(
         "throttle_cost",
         "refill to the first parked task running again: a hog throttled every period (20 ms/100 ms), its resume phases",
