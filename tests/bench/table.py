@@ -215,8 +215,9 @@ given CPU time at the given duty cycle for about 100 burns (6 to 20 s). The quot
 points of duty above the average use, per thread, so the kernel does not throttle these
 groups: what differs is what each enforcer costs a bursty group that stays within its limit.
 The goal is our p99 at most {SWEEP_GOAL}× the kernel's in every cell; a cell that misses it
-says **no**. Where ours is slower it is the `SCHED_FIFO` agent waking for refills while the
-threads burn (docs/design.md, "Burst latency")."""),
+says **no**. A burn is delayed when something else takes its CPU: with 2 threads no CPU of
+the guest is idle while both burn, and under scx_bandwidth the agent, a `SCHED_FIFO` task,
+wakes for each period's refill of the group (docs/design.md, "Burst latency")."""),
     ("Throttling cost: a throttled hog's resume after each refill, behind the fastest resume (µs)", throttling,
      """How much later than the fastest resume a hog throttled every period ran again after each
 refill (the refills lie on a grid of one period: each resume's phase on it, less the earliest).
