@@ -106,9 +106,12 @@ def chart(title, xlabel, ylabel, series, marks=(), ylo=None, yhi=None):
                    f'stroke={quoteattr(colour)} stroke-width="2" {dash}/>'
                    f'<text x="{text_x}" y="{TOP - 14}">{escape(name)}</text></g>')
         right = text_x - 44
-    for name, colour, points in series:
+    for i, (name, colour, points) in enumerate(series):
         coords = " ".join(f"{px(x)},{py(y)}" for x, y in points)
-        out.append(f'<polyline points="{coords}" fill="none" stroke={quoteattr(colour)} stroke-width="1.5">'
+        # Steps of two series often share an x: the first is drawn wide and pale beneath,
+        # so where the second's line covers it, it still shows on both sides.
+        style = 'stroke-width="4" stroke-opacity="0.45"' if i == 0 and len(series) > 1 else 'stroke-width="1.5"'
+        out.append(f'<polyline points="{coords}" fill="none" stroke={quoteattr(colour)} {style}>'
                    f'<title>{escape(name)}</title></polyline>')
     out.append("</svg>")
     return "\n".join(out) + "\n"
