@@ -174,9 +174,13 @@ pub const MAX_RECORDS: usize = 36_000;
 
 /// Whether a group whose refill just left `refilled` in its pool, and which used
 /// nothing in the period, stops its timer (the agent, period.rs; the advisor's
-/// replay): only with nothing to accumulate, its pool at one quota.
+/// replay): only with nothing left to accumulate, its pool at its cap (quota +
+/// burst), where another refill would change nothing. The kernel stops an idle
+/// group's timer after one unused period whatever its pool holds; waiting for the
+/// cap keeps every bit of burst a group saved, and still stops the timer of every
+/// idle group, burst or not, within (burst / quota) + 1 periods.
 pub fn goes_idle(unused: bool, refilled: i64, quota: u64, burst: u64) -> bool {
-    unused && refilled == refill(0, quota, burst)
+    unused && refill(refilled, quota, burst) == refilled
 }
 
 /// One record of a group's history: the period (or the periods, when the refill
@@ -480,6 +484,25 @@ mod tests {
         assert_eq!((r[16].used_us, r[16].denied_us, r[16].throttled), (99, 5, true));
         let big = Record { used_us: u64::MAX, denied_us: 1 << 40, periods: 300, throttled: true, idle: true };
         assert_eq!(Record::unpack(big.pack()), Record { used_us: (1 << 27) - 1, denied_us: (1 << 27) - 1, periods: 255, throttled: true, idle: true });
+    }
+
+    /// An unused group stops its timer once its pool is at its cap, with or without
+    /// a burst; one that used anything, or is still saving burst, does not.
+    #[test]
+    fn idle_at_the_cap() {
+        let (q, b) = (30 * MS, 20 * MS);
+        assert!(goes_idle(true, q as i64, q, 0));
+        assert!(goes_idle(true, (q + b) as i64, q, b));
+        assert!(!goes_idle(true, q as i64, q, b), "still saving burst");
+        assert!(!goes_idle(false, (q + b) as i64, q, b));
+        // From an empty pool, unused periods reach the cap and stop: 2 refills here.
+        let mut pool = 0i64;
+        let mut refills = 0;
+        while !goes_idle(true, pool, q, b) {
+            pool = refill(pool, q, b);
+            refills += 1;
+        }
+        assert_eq!((refills, pool), (2, (q + b) as i64));
     }
 
     #[test]

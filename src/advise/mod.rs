@@ -307,11 +307,12 @@ mod tests {
         let steps = demand(&r, 100 * MS, 2);
         let at = |b: u64| replay(&steps, 100 * MS, 2, Setting { quota_us: 50 * MS, burst_us: b * MS });
         assert_eq!(at(0).throttled, 25);
-        // Strict, the second quiet period of each cycle finds the pool at one quota
-        // after an unused period: the timer stops, that period is not counted.
+        // Strict, the first quiet period of each cycle refills the pool to its cap
+        // (one quota): the timer stops, and the second quiet period is not counted.
         assert_eq!(at(0).periods, 75);
-        // With a burst the pool keeps accumulating: every period counts.
-        assert_eq!(at(30).periods, 100);
+        // With the burst the burn takes its whole period and the next is the quiet
+        // one that fills the pool: 2 periods a cycle (3 in the first, throttled).
+        assert_eq!(at(30).periods, 51);
         assert_eq!(at(29).throttled, 25);
         // The pool starts at one quota (a group's activation): the first burn finds
         // no saved quota; every later one does.

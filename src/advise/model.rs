@@ -156,8 +156,10 @@ pub struct Outcome {
     /// throttled period's work spread evenly over it, the pool runs dry after the
     /// share the pool covered, and what is still runnable then waits until the
     /// refill; 0 in a period not throttled. The longest, and the 99th percentile
-    /// over the periods counted (one slow period in a hundred, such as the first
-    /// after activation, when the pool holds one quota, does not decide it).
+    /// over every period of the history, idle ones included (one slow period in a
+    /// hundred, such as the first after activation, when the pool holds one quota,
+    /// does not decide it, and a setting under which the group idles more is not
+    /// judged on fewer periods).
     pub wait_max_us: u64,
     pub wait_p99_us: u64,
 }
@@ -175,7 +177,7 @@ impl Outcome {
 /// Replay `steps` under `s` with the agent's arithmetic: the pool starts full
 /// (activation), each record's span runs from the pool and ends with one refill
 /// (once for a late timer's several periods, as the agent does), and an unused
-/// period whose refill leaves one quota stops the timer (pools::goes_idle) until
+/// period whose refill leaves the pool at its cap stops the timer (pools::goes_idle) until
 /// demand comes. A stretch in which the real group idled is, for a setting
 /// under which it would not idle, that many unused periods.
 pub fn replay(steps: &[Step], period_us: u64, nr_cpus: u64, s: Setting) -> Outcome {
@@ -184,12 +186,13 @@ pub fn replay(steps: &[Step], period_us: u64, nr_cpus: u64, s: Setting) -> Outco
     let mut backlog = 0u64; // µs
     let mut idle = false;
     let mut out = Outcome::default();
-    // Each counted period's wait (µs), for the percentile.
+    // Each period's wait (µs), for the percentile.
     let mut waits: Vec<u64> = Vec::with_capacity(steps.len());
     let mut period = |out: &mut Outcome, pool: &mut i64, backlog: &mut u64, idle: &mut bool, new: u64, n: u64| {
         let want = *backlog + new;
         if *idle {
             if want == 0 {
+                waits.extend(std::iter::repeat_n(0, n as usize));
                 return;
             }
             *idle = false;
@@ -219,11 +222,15 @@ pub fn replay(steps: &[Step], period_us: u64, nr_cpus: u64, s: Setting) -> Outco
     };
     for st in steps {
         if st.idle {
-            for _ in 0..st.periods {
+            let mut left = st.periods;
+            while left > 0 {
                 if idle && backlog == 0 {
+                    // Idle to the end of the stretch: its periods wait 0.
+                    period(&mut out, &mut pool, &mut backlog, &mut idle, 0, left);
                     break;
                 }
                 period(&mut out, &mut pool, &mut backlog, &mut idle, 0, 1);
+                left -= 1;
             }
         } else {
             period(&mut out, &mut pool, &mut backlog, &mut idle, st.demand_us, st.periods);
