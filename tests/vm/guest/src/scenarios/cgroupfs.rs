@@ -4,7 +4,7 @@
 //! on cgroups created and removed in a loop (churn). Under sched_ext the kernel does not
 //! enforce cpu.max itself, so the scheduler has to pick it up wherever it is written.
 
-use super::{hog, leak, measure_ratio, slots_back, Body, Scenario};
+use super::{hog, leak, measure_ratio, slots_back, Body, Scenario, Sleepers};
 use crate::runner::Ctx;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
@@ -189,6 +189,41 @@ fn churn(ctx: &mut Ctx) -> Result<(), String> {
     Ok(())
 }
 
+/// Idle groups with a burst cost the agent nothing: 50 cgroups with cpu.max 10/100 ms and
+/// cpu.max.burst 10 ms, each holding a process that sleeps 10 s at a time. An unused group's
+/// timer stops once its pool is at quota + burst (two refills), as a strict group's stops at
+/// its quota; before, a group with a burst never stopped it, and 50 idle groups cost the agent
+/// 500 refills a second. Checked over 3 s after a 3 s settle: at least 45 of the 50 idle (a
+/// sleeper that wakes runs its group for a period or so), and at most 150 refills (a wake
+/// costs a few; all 50 timers running would be 1,500).
+fn idle_burst(ctx: &mut Ctx) -> Result<(), String> {
+    const GROUPS: usize = 50;
+    let groups: Vec<&'static str> = (0..GROUPS).map(|i| leak(format!("t/ib/g{i:02}"))).collect();
+    crate::cgroup::create_tree(&groups)?;
+    for g in &groups {
+        crate::cgroup::write_cpu_max(g, 10_000, 100_000)?;
+        crate::cgroup::write_cpu_max_burst(g, 10_000)?;
+    }
+    let _sleepers = Sleepers::spawn(&groups)?;
+    sleep(Duration::from_secs(3));
+    let before = crate::stats::fetch()?;
+    sleep(Duration::from_secs(3));
+    let after = crate::stats::fetch()?;
+    let idle = crate::stats::num(&after, "idle_groups")?;
+    let refills = crate::stats::delta(&before, &after, "refills")?;
+    ctx.figure("active_groups", crate::stats::num(&after, "active_groups")?);
+    ctx.figure("idle_groups", idle);
+    ctx.figure("refills_3s", refills);
+    ctx.figure("agent_wakeups_3s", crate::stats::delta(&before, &after, "agent_wakeups")?);
+    if idle < 45.0 {
+        ctx.fail(format!("{idle} of {GROUPS} idle groups with a burst have their timers stopped (want >= 45)"));
+    }
+    if refills > 150.0 {
+        ctx.fail(format!("{refills} refills in 3 s for {GROUPS} idle groups (want <= 150)"));
+    }
+    Ok(())
+}
+
 /// The scenarios of this file, in the order a run takes them.
 pub(super) fn scenarios() -> Vec<Scenario> {
     vec![
@@ -209,6 +244,14 @@ pub(super) fn scenarios() -> Vec<Scenario> {
             limits: vec![],
             cgroups: vec!["t/a"],
             body: Body::Custom(cpu_max),
+        },
+        Scenario {
+            name: "idle_burst",
+            about: "no config: 50 idle cgroups with cpu.max and cpu.max.burst stop their period timers once their pools are full (>= 45 idle, <= 150 refills in 3 s)",
+            needs_sched: true,
+            limits: vec![],
+            cgroups: vec!["t/ib"],
+            body: Body::Custom(idle_burst),
         },
         Scenario {
             name: "churn",
