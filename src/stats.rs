@@ -42,7 +42,7 @@ pub struct GroupMetrics {
     pub burst_us: u64,
     #[stat(desc = "CPU time used by the group and its descendants (µs, cumulative)")]
     pub usage_usec: u64,
-    #[stat(desc = "Periods elapsed while the group was active: its timer stops after a period without use, as the kernel's does (cpu.stat)")]
+    #[stat(desc = "Periods elapsed while the group was active: its timer stops after a period without use that leaves its pool full (quota + burst), as the kernel's stops after a period without use (cpu.stat)")]
     pub nr_periods: u64,
     #[stat(desc = "Periods that ended with the group throttled (cpu.stat)")]
     pub nr_throttled: u64,
@@ -185,7 +185,7 @@ pub struct Metrics {
     pub agent_reload_cpu_usec: u64,
     #[stat(desc = "Limited cgroups enforced now (slots mapped to a cgroup)")]
     pub active_groups: u64,
-    #[stat(desc = "Of those, groups whose period timer is stopped: idle for a period with a full pool (cpu.stat's nr_periods does not advance)")]
+    #[stat(desc = "Of those, groups whose period timer is stopped: idle for a period that left a full pool, quota + burst (cpu.stat's nr_periods does not advance)")]
     pub idle_groups: u64,
     #[stat(desc = "Per limited group")]
     pub groups: Vec<GroupMetrics>,
