@@ -149,27 +149,56 @@ static __always_inline void count_steal(u32 llc, u32 from)
 }
 
 /*
+ * How far (in vtime) @p, at the front of another LLC's queue, must be behind
+ * for this CPU to take it: BW_STEAL_LAG_SLICES of its slices, times
+ * BW_STEAL_NODE_FACTOR from another node (queues.bpf.h). At most half the
+ * vtime lead cap, so that a task with a tiny share can still be taken.
+ */
+static u64 steal_lag(struct task_struct *p, bool other_node)
+{
+	struct task_ctx *tctx = task_ctx(p);
+	u64 share = 0, lag;
+
+	if (tctx)
+		share = cg_share(tctx);
+	if (!share)
+		share = BW_SHARE_ONE / BW_WEIGHT_NICE_0 * task_weight(p);
+	lag = BW_STEAL_LAG_SLICES * task_slice_ns * BW_SHARE_ONE / (share ?: 1);
+	if (other_node)
+		lag *= BW_STEAL_NODE_FACTOR;
+	return lag < VTIME_MAX_LEAD_NS / 2 ? lag : VTIME_MAX_LEAD_NS / 2;
+}
+
+/*
  * Steal when behind (queues.bpf.h): the front of one other LLC's queue, if
- * its vtime is more than BW_STEAL_LAG_NS behind both this LLC's front and
- * prev (when prev may go on).
+ * it is more than steal_lag() behind both this LLC's front and prev (when
+ * prev may go on).
  */
 static bool steal_behind(s32 cpu, u32 llc, struct task_struct *prev, bool can_keep)
 {
+	struct task_struct *theirs, *front;
 	u32 nr = nr_llcs(), from;
-	u64 theirs, ours;
-	bool have;
+	u64 ours;
+	bool other_node;
 
 	if (nr < 2)
 		return false;
 	from = llc_nearest(llc, bpf_get_prandom_u32() % (nr - 1));
-	if (!dsq_front_vtime(llc_dsq(from), &theirs))
+	theirs = dsq_front(llc_dsq(from));
+	if (!theirs)
 		return false;
-	have = dsq_front_vtime(llc_dsq(llc), &ours);
-	if (can_keep && prev && (!have || vtime_before(prev->scx.dsq_vtime, ours))) {
+	front = dsq_front(llc_dsq(llc));
+	if (can_keep && prev && (!front || vtime_before(prev->scx.dsq_vtime, front->scx.dsq_vtime)))
 		ours = prev->scx.dsq_vtime;
-		have = true;
-	}
-	if (!have || !vtime_before(theirs + BW_STEAL_LAG_NS, ours))
+	else if (front)
+		ours = front->scx.dsq_vtime;
+	else
+		return false;
+	/* The least lag first: only a task behind by that pays for its share. */
+	if (!vtime_before(theirs->scx.dsq_vtime + BW_STEAL_LAG_SLICES * task_slice_ns, ours))
+		return false;
+	other_node = !llc_same_node(llc, from);
+	if (!vtime_before(theirs->scx.dsq_vtime + steal_lag(theirs, other_node), ours))
 		return false;
 	if (consume(cpu, llc_dsq(from), NULL, false) != CONSUMED_TASK)
 		return false;

@@ -16,12 +16,14 @@
  *    NUMA node, then by node distance);
  *  - steal when behind: at each dispatch a CPU looks at the front of one other
  *    queue (picked at random, so every queue is looked at by every CPU in
- *    turn, at O(1) cost per dispatch) and takes that task when its vtime is
- *    more than BW_STEAL_LAG_NS behind what the CPU would run otherwise. vtime
- *    advances machine-wide in the same units (CPU time over the task's share
- *    of the machine), so an LLC with more load per CPU falls behind and its
- *    tasks migrate until the loads even out; the cpu.weight and nice shares
- *    hold across queues, and no task waits behind a queue that never drains.
+ *    turn, at O(1) cost per dispatch) and takes that task when it is more
+ *    than a few of its own slices behind what the CPU would run otherwise
+ *    (steal_lag(): BW_STEAL_LAG_SLICES, times BW_STEAL_NODE_FACTOR across
+ *    NUMA nodes). vtime advances machine-wide in the same units (CPU time
+ *    over the task's share of the machine), so an LLC with more load per CPU
+ *    falls behind and its tasks migrate until the loads even out; the
+ *    cpu.weight and nice shares hold across queues, and no task waits
+ *    behind a queue that never drains.
  *
  * The agent (src/scheduler/topology.rs) writes the topology before attaching
  * and again after a CPU comes online; a CPU it does not know counts in LLC 0.
@@ -47,13 +49,20 @@ volatile u32 bw_nr_llcs;
 volatile u64 bw_hotplug_seq;
 
 /*
- * How far (in vtime) the front of another LLC's queue must be behind what a
- * CPU would run otherwise for the CPU to take it: four slices. Smaller, tasks
- * of two equally loaded LLCs would migrate back and forth on noise; larger,
- * the lagging tasks get their share later (it is still theirs: vtime keeps
- * the account).
+ * How far behind a task at the front of another LLC's queue must be for a
+ * CPU to take it (steal when behind), in slices of that task's own CPU time.
+ * Its vtime advances by its CPU time over its share of the machine, so in
+ * vtime a slice is task_slice_ns / share: with 16 equal tasks one slice is
+ * 16 slices of vtime. (A fixed 20 ms of vtime, less than one slice of such a
+ * task, made the fronts of two equally loaded LLCs cross it on their phase
+ * alone: 31 % of all dispatches at 8 vCPUs were cross-node steals, 363
+ * migrations/s against the kernel's 1.) Smaller, tasks of equally loaded LLCs
+ * migrate on noise; larger, a lagging task gets its share later (it is still
+ * its share: vtime keeps the account). Across NUMA nodes a migration costs
+ * the task its memory's locality, so the lag must be larger.
  */
-#define BW_STEAL_LAG_NS (4 * 5ULL * 1000 * 1000)
+#define BW_STEAL_LAG_SLICES	2
+#define BW_STEAL_NODE_FACTOR	4
 
 static __always_inline u32 nr_llcs(void)
 {
@@ -114,15 +123,10 @@ static __always_inline u64 task_dsq(struct task_struct *p)
 	return llc_dsq(cpu_llc(cpu));
 }
 
-/* vtime of the first task of @dsq_id, false if it is empty. */
-static __always_inline bool dsq_front_vtime(u64 dsq_id, u64 *vtime)
+/* The first task of @dsq_id, NULL if it is empty. */
+static __always_inline struct task_struct *dsq_front(u64 dsq_id)
 {
-	struct task_struct *p = __COMPAT_scx_bpf_dsq_peek(dsq_id);
-
-	if (!p)
-		return false;
-	*vtime = p->scx.dsq_vtime;
-	return true;
+	return __COMPAT_scx_bpf_dsq_peek(dsq_id);
 }
 
 #endif /* __SCX_QUEUES_BPF_H */
