@@ -12,6 +12,7 @@ mod scenarios;
 mod sched;
 mod stats;
 mod systemd_e2e;
+mod trace;
 mod wakeups;
 mod workload;
 
