@@ -174,7 +174,7 @@ fn longest_gaps(pids: &[u32], window: Duration) -> Result<Vec<(u32, Duration)>, 
 
 /// Sets nice `nice` on every thread of `pid`, once it has `threads` of them (a hog's
 /// workers start after it joined its cgroup).
-fn renice_threads(pid: u32, threads: usize, nice: i32) -> Result<(), String> {
+pub(super) fn renice_threads(pid: u32, threads: usize, nice: i32) -> Result<(), String> {
     let tids = || crate::sched::threads(pid);
     if !crate::sched::wait_for(Duration::from_secs(5), || tids().len() >= threads) {
         return Err(format!("pid {pid}: {} threads, expected {threads}", tids().len()));
