@@ -107,20 +107,8 @@ pub(super) fn compare(ctx: &mut Ctx, works: &[Compared]) -> Result<(), String> {
                 ctx.stop_sched()?;
             }
             for (i, c) in works.iter().enumerate() {
-                let w = ctx.spawn(&Workload { cgroup: "t/o", work: c.work.clone(), pin: None }, SECS)?;
-                ctx.check_on_scx(w);
-                let st = ctx.wait_workload(w, Duration::from_secs(SECS + 30))?;
-                let out = ctx.output(w);
-                let line = out.lines().find_map(|l| l.strip_prefix(c.prefix)).filter(|_| st.success());
-                let Some(line) = line else {
-                    return Err(format!("{}: {} ({})", c.label, crate::sched::describe(st), out.trim()));
-                };
-                for (f, (key, count)) in c.fields.iter().enumerate() {
-                    let v: f64 = line
-                        .split_whitespace()
-                        .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('=')?.parse().ok())
-                        .ok_or_else(|| format!("{}: no {key}= in '{line}'", c.label))?;
-                    got[i][f][usize::from(!scx)].push(if *count { v / SECS as f64 } else { v });
+                for (f, v) in run_compared(ctx, c, SECS)?.into_iter().enumerate() {
+                    got[i][f][usize::from(!scx)].push(v);
                 }
             }
         }
@@ -144,6 +132,29 @@ pub(super) fn compare(ctx: &mut Ctx, works: &[Compared]) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Runs `c` for `secs` in the unlimited cgroup t/o and returns its fields, in the order of
+/// `c.fields` (counts per second).
+pub(super) fn run_compared(ctx: &mut Ctx, c: &Compared, secs: u64) -> Result<Vec<f64>, String> {
+    let w = ctx.spawn(&Workload { cgroup: "t/o", work: c.work.clone(), pin: None }, secs)?;
+    ctx.check_on_scx(w);
+    let st = ctx.wait_workload(w, Duration::from_secs(secs + 30))?;
+    let out = ctx.output(w);
+    let line = out.lines().find_map(|l| l.strip_prefix(c.prefix)).filter(|_| st.success());
+    let Some(line) = line else {
+        return Err(format!("{}: {} ({})", c.label, crate::sched::describe(st), out.trim()));
+    };
+    c.fields
+        .iter()
+        .map(|(key, count)| {
+            let v: f64 = line
+                .split_whitespace()
+                .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('=')?.parse().ok())
+                .ok_or_else(|| format!("{}: no {key}= in '{line}'", c.label))?;
+            Ok(if *count { v / secs as f64 } else { v })
+        })
+        .collect()
 }
 
 /// The agent's cost by number of limited groups, each limited to 10 ms per 100 ms: 10
