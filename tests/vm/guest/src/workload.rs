@@ -358,6 +358,11 @@ pub struct DutyArgs {
     sleep: Duration,
     /// The threads run SCHED_FIFO (`--fifo`).
     fifo: bool,
+    /// Paced (`--plain`): no run-queue figures per burn, and each sleep lasts until the
+    /// thread's CPU time is burn / (burn + sleep) of the wall time since it began. Each
+    /// wakeup costs CPU too (6 ms a wakeup under oversubscribed TCG: burn 10 ms, sleep 90
+    /// used 0.16 CPU), so fixed sleeps would use more than that share; paced, it uses it.
+    plain: bool,
 }
 
 /// Parsed `duty` arguments (errors here are usage errors).
@@ -365,13 +370,14 @@ pub fn duty_args(argv: &[String]) -> Result<DutyArgs, String> {
     let p = args::parse(
         argv,
         &["threads", "burn-ms", "sleep-ms", "seconds", "cgroup", "pin"],
-        &["fifo"],
+        &["fifo", "plain"],
     )?;
     let d = DutyArgs {
         common: common(&p)?,
         burn_ns: p.req_u64("burn-ms")? * 1_000_000,
         sleep: Duration::from_millis(p.req_u64("sleep-ms")?),
         fifo: p.switch("fifo"),
+        plain: p.switch("plain"),
     };
     if d.burn_ns == 0 {
         return Err("--burn-ms must be > 0".into());
@@ -388,6 +394,7 @@ pub fn duty(d: DutyArgs) -> Result<(), String> {
         burn_ns,
         sleep,
         fifo,
+        plain,
     } = d;
     place(&c)?;
     let deadline = Instant::now() + Duration::from_secs(c.seconds);
@@ -405,6 +412,13 @@ pub fn duty(d: DutyArgs) -> Result<(), String> {
                     thread::sleep(sleep);
                 }
                 let mut walls = Vec::new();
+                let (t0, cpu0) = (mono_ns(), thread_cpu_ns());
+                let pace = (burn_ns + sleep.as_nanos() as u64) as f64 / burn_ns as f64;
+                while plain && Instant::now() < deadline {
+                    let start = mono_ns();
+                    walls.push((start, burn(burn_ns), 0, 0));
+                    sleep_until_mono(t0 + (thread_cpu_ns().saturating_sub(cpu0) as f64 * pace) as u64);
+                }
                 while Instant::now() < deadline {
                     let start = mono_ns();
                     let (delay0, runs0) = sched_info();

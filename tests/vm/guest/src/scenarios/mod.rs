@@ -70,6 +70,13 @@ pub enum Work {
     },
     /// `duty --threads 1 --burn-ms B --sleep-ms S --fifo`: one SCHED_FIFO thread.
     RtDuty { burn_ms: u32, sleep_ms: u32 },
+    /// `duty --threads N --burn-ms B --sleep-ms S --plain`: burns B ms at a time and sleeps
+    /// so that each thread uses B / (B + S) of a CPU, its wakeups' cost included.
+    Pulse {
+        threads: u32,
+        burn_ms: u32,
+        sleep_ms: u32,
+    },
 }
 
 /// A process of this binary running `work` inside `cgroup`.
