@@ -175,6 +175,17 @@ def overhead_wide(cfs, scx, wide):
     return compared(wide.get("wide_bench", {}), 8, 4, 16)
 
 
+def limited_rest(cfs, scx, wide):
+    o = wide.get("wide_limited_rest", {})
+    lines = ["| workload in the unlimited rest | beside 8 unlimited groups | beside 8 limited groups | limited ÷ unlimited |",
+             "| --- | --- | --- | --- |"]
+    for key, label in (("pingpong", "pipe ping-pong, 8 pairs (round trips per s)"),
+                       ("messaging", "messaging, 4 × (4 senders + 4 receivers) (messages per s)")):
+        lines.append(f"| {label} | {o.get(key + '.free_per_s', '–')} | {o.get(key + '.limited_per_s', '–')} | {o.get(key + '.ratio', '–')} |")
+    lines.append(f"| CPUs the 8 groups used | {o.get('groups.free_cpus', '–')} | {o.get('groups.limited_cpus', '–')} | |")
+    return lines
+
+
 def agent(cfs, scx, wide):
     s, a = scx.get("scale", {}), scx.get("agent_cost", {})
     lines = ["| limited groups | busy groups | --stats 1 | agent CPU ms per s | agent threads run per s "
@@ -237,6 +248,13 @@ scx_bandwidth runs two LLC queues) with four times the tasks: the `wide_bench` s
 oversubscribed and every figure is far from what the same guest would do on 8 real CPUs;
 the ratios come from one boot. The goals are 0.95 of the kernel's throughput and a wakeup
 p99 at most 1.2 times the kernel's."""),
+    ("Limited groups beside the unlimited rest at 8 vCPUs (scx_bandwidth; same boot, alternating; median of 3 runs of 3 s)", limited_rest,
+     """What throttling costs the tasks that are not limited: the same workloads in an unlimited
+cgroup beside 8 cgroups of one hog each limited to 10 ms per 100 ms (throttled every period:
+parked, released, kicked), and beside 8 unlimited cgroups of one thread each that burns 10 ms
+at a time paced to the same 0.1 CPU; the last row shows the two used the same CPU. The
+`wide_limited_rest` scenario of `tests/vm/run --wide --bench`, in the boot of the table
+above. The goal is 0.95 or more."""),
     ("Agent cost (scx_bandwidth only; CPU ms per s of the agent process)", agent,
      """The agent's CPU time without `--stats`, each group limited to 10 ms per 100 ms: 10 groups
 busy and throttled every period (100 refills a second), the others idle with their timers

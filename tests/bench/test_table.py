@@ -61,7 +61,8 @@ scenarios: 9 passed, 1 failed
 """
 
 WIDE_LOG = INIT.replace("2 CPUs", "8 CPUs") + """SCENARIO wide_bench PASS pingpong.scx_per_s=25320 pingpong.kernel_per_s=39717 pingpong.ratio=0.638 forks.scx_per_s=150 forks.kernel_per_s=157 forks.ratio=0.958 messaging.scx_per_s=89176 messaging.kernel_per_s=92984 messaging.ratio=0.959 wakelat.p50_us.scx=497 wakelat.p50_us.kernel=782 wakelat.p50_us.ratio=0.636 wakelat.p99_us.scx=10026 wakelat.p99_us.kernel=5663 wakelat.p99_us.ratio=1.770
-scenarios: 1 passed, 0 failed
+SCENARIO wide_limited_rest PASS pingpong.limited_per_s=20901 pingpong.free_per_s=20867 pingpong.ratio=1.002 messaging.limited_per_s=121980 messaging.free_per_s=116713 messaging.ratio=1.045 groups.limited_cpus=0.807 groups.free_cpus=0.803
+scenarios: 2 passed, 0 failed
 """
 
 INFO = {
