@@ -73,11 +73,14 @@ static __always_inline u32 nr_llcs(void)
 
 static __always_inline u32 cpu_llc(s32 cpu)
 {
-	u32 llc;
+	u32 llc, i = cpu;
 
-	if ((u32)cpu >= BW_MAX_CPUS)
+	if (i >= BW_MAX_CPUS)
 		return 0;
-	llc = READ_ONCE(bw_cpu_llc[cpu & (BW_MAX_CPUS - 1)]);
+	/* Keeps the mask, which the compiler would drop after the test above:
+	 * the verifier needs it where the bound is lost in a spill. */
+	barrier_var(i);
+	llc = READ_ONCE(bw_cpu_llc[i & (BW_MAX_CPUS - 1)]);
 	return llc < BW_MAX_LLCS ? llc : 0;
 }
 
