@@ -105,6 +105,18 @@ struct {
 	__type(value, u32);
 } cpu_going_down SEC(".maps");
 
+/*
+ * 1 on a CPU while an RT or deadline task of another program than our agent,
+ * not a kernel thread, holds it (set by bw_sched_switch when it takes the
+ * CPU): what it preempted may wait a long time there (see bw_enqueue).
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, u32);
+} cpu_taken_by_rt SEC(".maps");
+
 /* Whether this CPU is going offline (it must not queue work on itself). */
 static __always_inline bool bw_this_cpu_going_down(void)
 {

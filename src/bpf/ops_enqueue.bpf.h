@@ -97,20 +97,39 @@ void BPF_STRUCT_OPS(bw_enqueue, struct task_struct *p, u64 enq_flags)
 	}
 
 	/*
-	 * Sent back by cpu_release (an RT or stop task took its CPU): to an idle
-	 * CPU if there is one, else back to the head of its own CPU's queue with
-	 * the slice it had left, where the kernel leaves a task so preempted. It
-	 * keeps its turn, as under CFS: through the LLC's queue it would queue
+	 * Sent back by cpu_release or bw_sched_switch (an RT or stop task took
+	 * its CPU): to an idle CPU if there is one. Else it keeps its turn, as
+	 * under CFS (through the LLC's queue at its own vtime it would queue
 	 * behind every task with a lower vtime: a limited hog among five
 	 * unlimited ones, 30 ms of CPU a period against a fair share of 33, got
-	 * 0.974 of its limit in a CI run that way (0.997-1.006 in 18 before).
+	 * 0.974 of its limit in a CI run that way, 0.997-1.006 in 18 before):
+	 * - behind our agent or a kernel thread, which give the CPU back within
+	 *   a few ms, at the head of its own CPU's local queue with the slice it
+	 *   had left, where the kernel leaves a task so preempted (at the front
+	 *   of the LLC's queue instead, burst_latency's p99 rose by about 1 ms:
+	 *   the agent preempts its burns many times a run);
+	 * - behind another program's RT task, which may hold the CPU for long,
+	 *   at the front of its LLC's queue, where the next CPU of the LLC to
+	 *   dispatch takes it: rt_neighbour's busy thread, left behind a 50 ms
+	 *   RT burn while the other CPU was busy for a moment, waited out the
+	 *   whole burn 2 times in a CI run (allowed 1).
 	 */
 	if (enq_flags & SCX_ENQ_REENQ) {
+		u32 zero = 0, *taken = bpf_map_lookup_elem(&cpu_taken_by_rt, &zero);
+		struct task_struct *front;
+		u64 dsq;
+
 		cpu = scx_bpf_pick_idle_cpu(p->cpus_ptr, 0);
 		if (cpu >= 0) {
 			scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL_ON | cpu, 0, enq_flags);
 			bw_kick_cpu(cpu, 0);
 			stat_inc(BW_STAT_KICK);
+		} else if (taken && *taken && p->nr_cpus_allowed > 1) {
+			dsq = task_dsq(p);
+			front = dsq_front(dsq);
+			if (front && !vtime_before(vtime, front->scx.dsq_vtime))
+				vtime = front->scx.dsq_vtime - 1;
+			scx_bpf_dsq_insert_vtime(p, dsq, 0, vtime, enq_flags);
 		} else {
 			scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, 0, enq_flags | SCX_ENQ_HEAD);
 		}

@@ -165,9 +165,15 @@ int BPF_PROG(bw_sched_switch, bool preempt, struct task_struct *prev,
 	 * re-enqueue may queue work there that never runs, as a kick does
 	 * (cpu_going_down), and the kernel moves its tasks anyway.
 	 */
-	if (next->prio < MAX_RT_PRIO && prev->prio >= MAX_RT_PRIO &&
-	    !bw_this_cpu_going_down() && !scx_bpf_reenqueue_local_from_anywhere())
-		stat_inc(BW_STAT_REENQ);
+	if (next->prio < MAX_RT_PRIO && prev->prio >= MAX_RT_PRIO && !bw_this_cpu_going_down()) {
+		u32 zero = 0, *taken = bpf_map_lookup_elem(&cpu_taken_by_rt, &zero);
+
+		/* Our agent and kernel threads give the CPU back within a few ms. */
+		if (taken)
+			*taken = next->tgid != agent_tgid && !(next->flags & PF_KTHREAD);
+		if (!scx_bpf_reenqueue_local_from_anywhere())
+			stat_inc(BW_STAT_REENQ);
+	}
 	return 0;
 }
 
