@@ -208,7 +208,7 @@ impl<'a> Scheduler<'a> {
                         let m = s.metrics();
                         m.format(&prev_report, &mut std::io::stdout())?;
                         prev_report = m;
-                        next_stats = Some(at + every);
+                        next_stats = Some(next_report(at, every, Instant::now()));
                     }
                     Ok(())
                 })?;
@@ -303,6 +303,17 @@ impl<'a> Scheduler<'a> {
     }
 }
 
+/// When the `--stats` table after the one due `at` is due: one interval later, on the same
+/// grid, unless that is past already (the agent was held up); then one interval from `now`,
+/// so that a stall is followed by one table, not one per interval it missed.
+fn next_report(at: Instant, every: Duration, now: Instant) -> Instant {
+    if at + every > now {
+        at + every
+    } else {
+        now + every
+    }
+}
+
 /// Put the agent thread in SCHED_FIFO (`on`) so its period timer never waits behind
 /// workload tasks, or back to SCHED_OTHER. Returns whether the change took effect.
 pub(super) fn set_realtime(on: bool) -> bool {
@@ -317,4 +328,19 @@ pub(super) fn set_realtime(on: bool) -> bool {
         );
     }
     ret == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stats_stay_on_their_grid_and_skip_what_a_stall_missed() {
+        let (t, s) = (Instant::now(), Duration::from_secs(1));
+        // On time (or a little late): the next one is one interval after the last.
+        assert_eq!(next_report(t, s, t + Duration::from_millis(20)), t + s);
+        // Held up 5 s: one table now, the next one interval from now, not five at once.
+        let now = t + Duration::from_secs(5);
+        assert_eq!(next_report(t, s, now), now + s);
+    }
 }
