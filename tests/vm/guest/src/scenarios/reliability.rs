@@ -31,8 +31,10 @@ const RT_STUCK_ALLOWED: usize = 1;
 /// Measured 2026-12-01: 0.986-0.993 CPU and one such wait in 3 of 7 runs (`long_gaps`
 /// prints each wait over 20 ms with the CPU before and after); with cpu_release doing
 /// nothing 0.925-0.936 CPU and 16-18 such waits a run; the kernel's CFS (`--no-sched`,
-/// where it passes too) 0.999 CPU, longest wait 7.5 and 9.0 ms. Variants of the callback
-/// that did better here but worse elsewhere: docs/design.md, "Work conservation".
+/// where it passes too) 0.999 CPU, longest wait 7.5 and 9.0 ms. Since a task preempted by
+/// a foreign RT task waits at the front of its LLC's queue (not its CPU's): 0.990-0.995 CPU
+/// and no such wait in 4 runs (2026-12-05). The trade-offs: docs/design.md, "Work
+/// conservation".
 fn rt_neighbour(ctx: &mut Ctx) -> Result<(), String> {
     const WINDOW: Duration = Duration::from_secs(8);
     let secs = (crate::runner::WARMUP + WINDOW).as_secs() + 3;
