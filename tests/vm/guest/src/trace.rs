@@ -1,13 +1,18 @@
-//! Task migrations as the kernel records them: the `sched/sched_migrate_task` trace event
-//! (tracefs), which fires in set_task_cpu() whichever scheduler class moved the task, so
-//! the kernel's scheduler and scx_bandwidth are counted the same way.
+//! What the kernel's scheduler core records, whichever scheduler class made the decision,
+//! so the kernel's scheduler and scx_bandwidth are observed the same way (tracefs): task
+//! migrations (`sched/sched_migrate_task`, fired in set_task_cpu()) and context switches
+//! (`sched/sched_switch`). Timestamps are CLOCK_MONOTONIC (trace_clock `mono`), the clock
+//! the guest's workloads report in.
 
 use std::fs;
 use std::path::Path;
 
 const TRACEFS: &str = "/sys/kernel/tracing";
-const EVENT: &str = "events/sched/sched_migrate_task/enable";
-/// Per-CPU ring buffer: a migration record is ~50 bytes, so 4 MiB per CPU holds tens of
+/// The `sched_migrate_task` event's switch.
+pub const MIGRATE: &str = "events/sched/sched_migrate_task/enable";
+/// The `sched_switch` event's switch.
+pub const SWITCH: &str = "events/sched/sched_switch/enable";
+/// Per-CPU ring buffer: a record is 50-70 bytes, so 4 MiB per CPU holds tens of
 /// thousands; `stop` fails if any were overwritten all the same.
 const BUFFER_KB: &str = "4096";
 
@@ -36,46 +41,50 @@ fn mount_tracefs() -> Result<(), String> {
     Ok(())
 }
 
-/// Recording of sched_migrate_task events from `start` to `stop`; recording is switched
-/// off when dropped.
-pub struct MigrateTrace {
+/// Recording of the given events (MIGRATE, SWITCH) from `start` to `stop`; recording is
+/// switched off when dropped.
+pub struct Trace {
+    events: &'static [&'static str],
     on: bool,
 }
 
-impl MigrateTrace {
-    pub fn start() -> Result<Self, String> {
+impl Trace {
+    pub fn start(events: &'static [&'static str]) -> Result<Self, String> {
         mount_tracefs()?;
         write("tracing_on", "0")?;
         write("events/enable", "0")?;
         write("buffer_size_kb", BUFFER_KB)?;
+        write("trace_clock", "mono")?;
         write("trace", "")?; // opening with O_TRUNC empties the buffer
-        write(EVENT, "1")?;
+        for e in events {
+            write(e, "1")?;
+        }
         write("tracing_on", "1")?;
-        Ok(Self { on: true })
+        Ok(Self { events, on: true })
     }
 
-    /// Stops recording and returns every migration recorded; an error if the buffer lost any.
-    pub fn stop(mut self) -> Result<Vec<Migration>, String> {
+    /// Stops recording and returns the trace's text; an error if the buffer lost any event.
+    pub fn stop(mut self) -> Result<String, String> {
         self.off();
         let lost = overruns();
         if lost > 0 {
             return Err(format!("the trace buffer overwrote {lost} events ({BUFFER_KB} KiB per CPU)"));
         }
-        let text = fs::read_to_string(format!("{TRACEFS}/trace"))
-            .map_err(|e| format!("reading {TRACEFS}/trace: {e}"))?;
-        Ok(parse(&text))
+        fs::read_to_string(format!("{TRACEFS}/trace")).map_err(|e| format!("reading {TRACEFS}/trace: {e}"))
     }
 
     fn off(&mut self) {
         if self.on {
             let _ = write("tracing_on", "0");
-            let _ = write(EVENT, "0");
+            for e in self.events {
+                let _ = write(e, "0");
+            }
             self.on = false;
         }
     }
 }
 
-impl Drop for MigrateTrace {
+impl Drop for Trace {
     fn drop(&mut self) {
         self.off();
     }
@@ -98,7 +107,7 @@ fn overruns() -> u64 {
 
 /// The migrations in a `trace` text: lines "… sched_migrate_task: comm=… pid=P prio=…
 /// orig_cpu=A dest_cpu=B".
-fn parse(text: &str) -> Vec<Migration> {
+pub fn migrations(text: &str) -> Vec<Migration> {
     text.lines()
         .filter_map(|l| l.split_once("sched_migrate_task:").map(|(_, rest)| rest))
         .filter_map(|rest| {
@@ -112,6 +121,59 @@ fn parse(text: &str) -> Vec<Migration> {
         .collect()
 }
 
+/// One context switch: at `ns` (CLOCK_MONOTONIC) CPU `cpu` began to run task `pid` (0: the
+/// idle task) of kernel priority `prio` (under 100: RT or deadline), named `comm`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Switch {
+    pub ns: u64,
+    pub cpu: usize,
+    pub pid: u32,
+    pub prio: i32,
+    pub comm: String,
+}
+
+/// A trace timestamp "SECS.MICROS" (or more digits) in nanoseconds.
+fn stamp_ns(s: &str) -> Option<u64> {
+    let (secs, frac) = s.split_once('.')?;
+    let digits: String = frac.chars().chain(std::iter::repeat('0')).take(9).collect();
+    Some(secs.parse::<u64>().ok()? * 1_000_000_000 + digits.parse::<u64>().ok()?)
+}
+
+/// The context switches in a `trace` text, in the order recorded per CPU: lines "comm-pid
+/// [CPU] flags SECS.MICROS: sched_switch: prev_comm=… ==> next_comm=C next_pid=P next_prio=Q".
+pub fn switches(text: &str) -> Vec<Switch> {
+    text.lines()
+        .filter_map(|l| {
+            let (head, rest) = l.split_once(" sched_switch: ")?;
+            let cpu = head
+                .split_whitespace()
+                .find_map(|t| t.strip_prefix('[').and_then(|t| t.strip_suffix(']')))?
+                .parse()
+                .ok()?;
+            let ns = stamp_ns(head.split_whitespace().last()?.strip_suffix(':')?)?;
+            let next = rest.split_once("==> ")?.1;
+            let (comm, tail) = next.strip_prefix("next_comm=")?.rsplit_once(" next_pid=")?;
+            let (pid, prio) = tail.split_once(" next_prio=")?;
+            Some(Switch { ns, cpu, pid: pid.parse().ok()?, prio: prio.trim().parse().ok()?, comm: comm.to_string() })
+        })
+        .collect()
+}
+
+/// What CPU `cpu` ran from `from` to `to` (ns), by task: pid → (prio, comm, ns). Time before
+/// the CPU's first recorded switch is not known and is left out.
+pub fn cpu_time(sw: &[Switch], cpu: usize, from: u64, to: u64) -> std::collections::BTreeMap<u32, (i32, String, u64)> {
+    let mut out = std::collections::BTreeMap::new();
+    let on: Vec<&Switch> = sw.iter().filter(|s| s.cpu == cpu).collect();
+    for (i, s) in on.iter().enumerate() {
+        let end = on.get(i + 1).map_or(to, |n| n.ns);
+        let (a, b) = (s.ns.max(from), end.min(to));
+        if b > a {
+            out.entry(s.pid).or_insert((s.prio, s.comm.clone(), 0)).2 += b - a;
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -123,6 +185,25 @@ mod tests {
             \x20         <idle>-0       [004] d.s3.   12.345678: sched_migrate_task: comm=hog pid=123 prio=120 orig_cpu=0 dest_cpu=4\n\
             \x20           hog-124     [001] d..2.   12.400000: sched_migrate_task: comm=my hog pid=124 prio=120 orig_cpu=1 dest_cpu=2\n\
             \x20           hog-124     [001] d..2.   12.400001: sched_switch: prev_comm=hog prev_pid=124\n";
-        assert_eq!(parse(text), vec![(123, 0, 4), (124, 1, 2)]);
+        assert_eq!(migrations(text), vec![(123, 0, 4), (124, 1, 2)]);
+    }
+
+    #[test]
+    fn parses_switches_and_sums_a_cpus_time_by_task() {
+        let text = "# tracer: nop\n\
+            \x20         <idle>-0       [001] d..2.   10.000000: sched_switch: prev_comm=swapper/1 prev_pid=0 prev_prio=120 prev_state=R ==> next_comm=my hog next_pid=7 next_prio=120\n\
+            \x20         <idle>-0       [000] d..2.   10.001000: sched_switch: prev_comm=swapper/0 prev_pid=0 prev_prio=120 prev_state=R ==> next_comm=rt next_pid=9 next_prio=98\n\
+            \x20             rt-9       [000] d..2.   10.004500: sched_migrate_task: comm=x pid=3 prio=120 orig_cpu=0 dest_cpu=1\n\
+            \x20             rt-9       [000] d..2.   10.005000: sched_switch: prev_comm=rt prev_pid=9 prev_prio=98 prev_state=S ==> next_comm=swapper/0 next_pid=0 next_prio=120\n";
+        let sw = switches(text);
+        assert_eq!(sw.len(), 3);
+        assert_eq!(sw[0], Switch { ns: 10_000_000_000, cpu: 1, pid: 7, prio: 120, comm: "my hog".into() });
+        assert_eq!((sw[1].pid, sw[1].prio, sw[2].ns), (9, 98, 10_005_000_000));
+        // CPU 0 from 10.000 to 10.010: unknown for 1 ms, the RT task 4 ms, idle 5 ms.
+        let t = cpu_time(&sw, 0, 10_000_000_000, 10_010_000_000);
+        assert_eq!(t.get(&9), Some(&(98, "rt".to_string(), 4_000_000)));
+        assert_eq!(t.get(&0).map(|v| v.2), Some(5_000_000));
+        assert_eq!(t.len(), 2);
+        assert_eq!(stamp_ns("1.5"), Some(1_500_000_000));
     }
 }

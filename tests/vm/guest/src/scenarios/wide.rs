@@ -347,7 +347,7 @@ fn locality_once(ctx: &mut Ctx, with_stats: bool) -> Result<Locality, String> {
         v
     };
     let stats = || if with_stats { crate::stats::fetch().map(Some) } else { Ok(None) };
-    let trace = crate::trace::MigrateTrace::start()?;
+    let trace = crate::trace::Trace::start(&[crate::trace::MIGRATE])?;
     let s0 = stats();
     let t0 = crate::workload::mono_ns();
     let a = per_thread();
@@ -357,7 +357,7 @@ fn locality_once(ctx: &mut Ctx, with_stats: bool) -> Result<Locality, String> {
     let s1 = stats();
     let moves = trace.stop();
     ctx.kill_works(from);
-    let moves = moves?;
+    let moves = crate::trace::migrations(&moves?);
     let dispatches = match (s0?, s1?) {
         (Some(x), Some(y)) => {
             let d = |f: &str| crate::stats::delta(&x, &y, f);
