@@ -159,21 +159,35 @@ SEC("?tp_btf/sched_switch")
 int BPF_PROG(bw_sched_switch, bool preempt, struct task_struct *prev,
 	     struct task_struct *next, unsigned int prev_state)
 {
+	u32 zero = 0, *taken;
+	bool foreign;
+
 	/*
 	 * RT, deadline and stop tasks have prio < MAX_RT_PRIO; fair, ours and
 	 * idle not. Not on a CPU going offline (its stop task takes it): the
 	 * re-enqueue may queue work there that never runs, as a kick does
 	 * (cpu_going_down), and the kernel moves its tasks anyway.
 	 */
-	if (next->prio < MAX_RT_PRIO && prev->prio >= MAX_RT_PRIO && !bw_this_cpu_going_down()) {
-		u32 zero = 0, *taken = bpf_map_lookup_elem(&cpu_taken_by_rt, &zero);
-
-		/* Our agent and kernel threads give the CPU back within a few ms. */
-		if (taken)
-			*taken = next->tgid != agent_tgid && !(next->flags & PF_KTHREAD);
-		if (!scx_bpf_reenqueue_local_from_anywhere())
-			stat_inc(BW_STAT_REENQ);
-	}
+	if (next->prio >= MAX_RT_PRIO || bw_this_cpu_going_down())
+		return 0;
+	taken = bpf_map_lookup_elem(&cpu_taken_by_rt, &zero);
+	if (!taken)
+		return 0;
+	/* Our agent and kernel threads give the CPU back within a few ms. */
+	foreign = next->tgid != agent_tgid && !(next->flags & PF_KTHREAD);
+	/*
+	 * From an RT task to another: what waits in the local queue was sent
+	 * back already, and stays, unless the CPU passes from our agent or a
+	 * kernel thread to another program's RT task, which may hold it for
+	 * long (rt_neighbour: the agent preempted the busy thread, the RT burn
+	 * followed it, and the thread waited the 50 ms out while the other
+	 * CPU idled).
+	 */
+	if (prev->prio < MAX_RT_PRIO && (*taken || !foreign))
+		return 0;
+	*taken = foreign;
+	if (!scx_bpf_reenqueue_local_from_anywhere())
+		stat_inc(BW_STAT_REENQ);
 	return 0;
 }
 
