@@ -89,9 +89,9 @@ fn tids_of(pid: u32) -> Vec<u32> {
 /// nothing 0.925-0.936 CPU and 16-18 such waits a run; the kernel's CFS (`--no-sched`,
 /// where it passes too) 0.999 CPU, longest wait 7.5 and 9.0 ms. Since a task preempted by
 /// a foreign RT task waits at the front of its LLC's queue (not its CPU's): 0.990-0.995 CPU
-/// and no such wait in 4 runs (2026-12-05); with the trace, one such wait in 2 of 25
-/// runs, CPU 0 idle through it (51.3 and 51.5 ms free) and the task not sent back through
-/// enqueue until the burn ended (bpf_printk in the trace). The trade-offs:
+/// and no such wait in 4 runs (2026-12-05); with the trace, one such wait in 3 of 25
+/// runs, CPU 0 idle through each (51.1-51.5 ms free of 51.2-51.5), and in the one traced
+/// with bpf_printk the task was not sent back through enqueue until the burn ended. The trade-offs:
 /// docs/design.md, "Work conservation".
 fn rt_neighbour(ctx: &mut Ctx) -> Result<(), String> {
     const WINDOW: Duration = Duration::from_secs(8);
