@@ -23,6 +23,8 @@ const RT_STUCK_ALLOWED: usize = 1;
 /// A wait counts as stuck when the other CPUs were free (idle, or running a task of no
 /// RT or deadline class) for at least this long in it: the busy thread could have run.
 const RT_FREE_MS: f64 = 10.0;
+/// The CPU `rt_neighbour`'s RT thread is pinned to.
+const RT_CPU: u32 = 1;
 
 /// What the CPUs other than the RT thread's ran during one wait of the busy thread.
 #[derive(Default)]
@@ -66,13 +68,6 @@ impl HeldBy {
     }
 }
 
-/// The thread ids of process `pid`.
-fn tids_of(pid: u32) -> Vec<u32> {
-    std::fs::read_dir(format!("/proc/{pid}/task"))
-        .map(|rd| rd.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect())
-        .unwrap_or_default()
-}
-
 /// An RT task that takes a CPU must not hold up the sched_ext task it preempted while the
 /// other CPU idles: the kernel leaves that task at the head of the taken CPU's local
 /// queue, where no other CPU looks (ops.cpu_release sends it back through enqueue). The
@@ -91,15 +86,15 @@ fn tids_of(pid: u32) -> Vec<u32> {
 /// a foreign RT task waits at the front of its LLC's queue (not its CPU's): 0.990-0.995 CPU
 /// and no such wait in 4 runs (2026-12-05); with the trace, one such wait in 3 of 25
 /// runs, CPU 0 idle through each (51.1-51.5 ms free of 51.2-51.5), and in the one traced
-/// with bpf_printk the task was not sent back through enqueue until the burn ended. The trade-offs:
-/// docs/design.md, "Work conservation".
+/// with bpf_printk the task was not sent back through enqueue until the burn ended. The
+/// trade-offs: docs/design.md, "Work conservation".
 fn rt_neighbour(ctx: &mut Ctx) -> Result<(), String> {
     const WINDOW: Duration = Duration::from_secs(8);
     let secs = (crate::runner::WARMUP + WINDOW).as_secs() + 3;
     let trace = crate::trace::Trace::start(&[crate::trace::SWITCH])?;
     let busy = ctx.spawn(&Workload { cgroup: "t/a", work: Work::Gaps, pin: None }, secs)?;
     ctx.check_on_scx(busy);
-    ctx.spawn(&Workload { cgroup: "t/rt", work: Work::RtDuty { burn_ms: 50, sleep_ms: 50 }, pin: Some(1) }, secs)?;
+    ctx.spawn(&Workload { cgroup: "t/rt", work: Work::RtDuty { burn_ms: 50, sleep_ms: 50 }, pin: Some(RT_CPU) }, secs)?;
     let before = if ctx.has_sched() { Some(crate::stats::fetch()?) } else { None };
     sleep(crate::runner::WARMUP);
     let u = ctx.measure(&["t/a", "t/rt"], WINDOW)?;
@@ -109,7 +104,7 @@ fn rt_neighbour(ctx: &mut Ctx) -> Result<(), String> {
         let after = crate::stats::fetch()?;
         ctx.figure("reenqueued", crate::stats::delta(&before, &after, "reenqueued")?);
     }
-    let own: Vec<u32> = ctx.workload_pid(busy).map(tids_of).unwrap_or_default();
+    let own: Vec<u32> = ctx.workload_pid(busy).map(crate::sched::threads).unwrap_or_default();
     let st = ctx.wait_workload(busy, Duration::from_secs(30))?;
     let switches = crate::trace::switches(&trace.stop()?);
     if !st.success() {
@@ -119,7 +114,7 @@ fn rt_neighbour(ctx: &mut Ctx) -> Result<(), String> {
     let gaps = crate::output::parse_gaps(&out);
     let ms = |g: &crate::output::Gap| g.len_ns as f64 / 1e6;
     // What the CPUs the RT thread leaves alone did during each long wait (sched_switch).
-    let others: std::collections::BTreeSet<usize> = switches.iter().map(|s| s.cpu).filter(|c| *c != 1).collect();
+    let others: std::collections::BTreeSet<usize> = switches.iter().map(|s| s.cpu).filter(|c| *c != RT_CPU as usize).collect();
     let during = |g: &crate::output::Gap| {
         let mut held = HeldBy::default();
         for &cpu in &others {
