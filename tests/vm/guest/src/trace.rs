@@ -174,6 +174,66 @@ pub fn cpu_time(sw: &[Switch], cpu: usize, from: u64, to: u64) -> std::collectio
     out
 }
 
+/// CPUs left idle beside waiting tasks, from `from` to `to` (ns): the integral of
+/// min(CPUs of `cpus` running their idle task, tasks of `tasks` not running on any CPU), in
+/// CPU-seconds. For tasks that never sleep (hogs): a task not on a CPU is waiting for one,
+/// so any such time is work the scheduler left undone. A CPU counts from its first recorded
+/// switch on (unknown before: not idle), so the trace should start with a switch on every
+/// CPU of `cpus` (`poke_cpus`).
+pub fn idle_beside_waiting(sw: &[Switch], cpus: &[usize], tasks: &[u32], from: u64, to: u64) -> f64 {
+    let mut order: Vec<&Switch> = sw.iter().collect();
+    order.sort_by_key(|s| s.ns);
+    let mut on: std::collections::BTreeMap<usize, u32> = std::collections::BTreeMap::new();
+    let mut total = 0u128;
+    let mut at = from;
+    let mut account = |on: &std::collections::BTreeMap<usize, u32>, a: u64, b: u64| {
+        if b <= a {
+            return;
+        }
+        let idle = on.iter().filter(|(c, pid)| cpus.contains(c) && **pid == 0).count();
+        let running = tasks.iter().filter(|t| on.values().any(|p| p == *t)).count();
+        total += (idle.min(tasks.len() - running) as u128) * (b - a) as u128;
+    };
+    for s in order {
+        if s.ns > to {
+            break;
+        }
+        if s.ns > at {
+            account(&on, at, s.ns);
+            at = s.ns;
+        }
+        on.insert(s.cpu, s.pid);
+    }
+    account(&on, at, to);
+    total as f64 / 1e9
+}
+
+/// Makes every CPU of `cpus` switch tasks at least twice (a thread of this process moves
+/// onto each in turn and sleeps there 1 ms), so a trace started before it knows what each
+/// CPU runs from then on. Leaves the calling thread allowed on every CPU of `cpus`.
+pub fn poke_cpus(cpus: &[usize]) -> Result<(), String> {
+    let pin = |set: &[usize]| -> Result<(), String> {
+        // SAFETY: cpu_set_t is plain data; only CPUs below CPU_SETSIZE are set.
+        unsafe {
+            let mut m: libc::cpu_set_t = std::mem::zeroed();
+            for &c in set.iter().filter(|&&c| c < libc::CPU_SETSIZE as usize) {
+                libc::CPU_SET(c, &mut m);
+            }
+            if libc::sched_setaffinity(0, std::mem::size_of_val(&m), &m) != 0 {
+                return Err(format!("sched_setaffinity({set:?}): {}", std::io::Error::last_os_error()));
+            }
+        }
+        Ok(())
+    };
+    let out = cpus.iter().try_for_each(|&c| {
+        pin(&[c])?;
+        std::thread::sleep(std::time::Duration::from_millis(1));
+        Ok(())
+    });
+    pin(cpus)?;
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -205,5 +265,22 @@ mod tests {
         assert_eq!(t.get(&0).map(|v| v.2), Some(5_000_000));
         assert_eq!(t.len(), 2);
         assert_eq!(stamp_ns("1.5"), Some(1_500_000_000));
+    }
+
+    #[test]
+    fn integrates_idle_cpus_beside_waiting_tasks() {
+        let sw = |ns: u64, cpu: usize, pid: u32| Switch { ns, cpu, pid, prio: 120, comm: String::new() };
+        // Two hogs (7, 8) on CPUs 0-1; CPU 2 idle from 10. Hog 8 leaves CPU 1 at 20 (a
+        // kworker runs) and gets back on CPU 1 at 50: 30 ns waiting beside idle CPU 2.
+        // CPU 3 (not in `cpus`) idles throughout and counts for nothing; so does CPU 1 idle
+        // from 60 to 70 once hog 8 has moved to CPU 2.
+        let t = [sw(0, 0, 7), sw(0, 1, 8), sw(0, 3, 0), sw(10, 2, 0), sw(20, 1, 55), sw(50, 1, 8), sw(60, 2, 8), sw(60, 1, 0), sw(70, 1, 9)];
+        let got = idle_beside_waiting(&t, &[0, 1, 2], &[7, 8], 0, 100);
+        assert!((got - 30e-9).abs() < 1e-15, "{got}");
+        // A window that starts mid-way: 25..40 → 15 ns.
+        // Two idle CPUs beside two waiting hogs count twice, then once beside one.
+        assert!((idle_beside_waiting(&t, &[0, 1, 2], &[7, 8], 25, 40) - 15e-9).abs() < 1e-15);
+        let t2 = [sw(0, 0, 0), sw(0, 1, 0), sw(0, 2, 55), sw(5, 2, 7)];
+        assert!((idle_beside_waiting(&t2, &[0, 1], &[7, 8], 0, 10) - (2.0 * 5.0 + 1.0 * 5.0) * 1e-9).abs() < 1e-15);
     }
 }
