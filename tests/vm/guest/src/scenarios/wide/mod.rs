@@ -234,7 +234,7 @@ pub fn scenarios() -> Vec<Scenario> {
         },
         Scenario {
             name: "wide_hotplug",
-            about: "8 CPUs, 2 nodes: CPU 4 offline/online every 500 ms for 20 s under cpu.max limits: throttled groups within 0.05 of the kernel's share in the same boot, every toggle seen, runtime returned, topology re-read",
+            about: "8 CPUs, 2 nodes: CPU 4 offline/online every 500 ms for 20 s under cpu.max limits: throttled groups within 0.05 of the kernel's share in the same boot, the unthrottled one >= 0.95 of it and never waiting beside idle CPUs (<= 0.1 CPU), every toggle seen, runtime returned, topology re-read",
             needs_sched: false,
             limits: vec![],
             cgroups: vec!["t/a", "t/b", "t/c"],
