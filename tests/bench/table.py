@@ -175,6 +175,24 @@ def overhead_wide(cfs, scx, wide):
     return compared(wide.get("wide_bench", {}), 8, 4, 16)
 
 
+OP_NAMES = ["select_cpu", "enqueue", "dispatch", "runnable", "running", "stopping", "quiescent", "tick",
+            "sched_switch", "update_idle"]
+
+
+def op_costs(cfs, scx, wide):
+    o2, o8 = scx.get("overhead", {}), wide.get("wide_bench", {})
+    lines = ["| op | 2 vCPUs: calls per round trip | 2 vCPUs: ns per call | 8 vCPUs: calls per round trip "
+             "| 8 vCPUs: ns per call |", "| --- | --- | --- | --- | --- |"]
+    for op in OP_NAMES:
+        k = f"bpf.bw_{op}."
+        lines.append(f"| {op} | {o2.get(k + 'calls_per_unit', '–')} | {o2.get(k + 'ns_per_call', '–')} "
+                     f"| {o8.get(k + 'calls_per_unit', '–')} | {o8.get(k + 'ns_per_call', '–')} |")
+    lines.append(f"| all programs: ns per round trip | | {o2.get('bpf.ns_per_unit', '–')} | | {o8.get('bpf.ns_per_unit', '–')} |")
+    lines.append(f"| all programs: share of the guest's CPU time | | {o2.get('bpf.cpu_share', '–')} | "
+                 f"| {o8.get('bpf.cpu_share', '–')} |")
+    return lines
+
+
 def limited_rest(cfs, scx, wide):
     o = wide.get("wide_limited_rest", {})
     lines = ["| workload in the unlimited rest | beside 8 unlimited groups | beside 8 limited groups | limited ÷ unlimited |",
@@ -248,6 +266,16 @@ scx_bandwidth runs two LLC queues) with four times the tasks: the `wide_bench` s
 oversubscribed and every figure is far from what the same guest would do on 8 real CPUs;
 the ratios come from one boot. The goals are 0.95 of the kernel's throughput and a wakeup
 p99 at most 1.2 times the kernel's."""),
+    ("What the scheduler's BPF ops cost during pipe ping-pong (scx_bandwidth; one run of 3 s at each size)", op_costs,
+     """Each op of the scheduler is a BPF program; with the kernel's per-program statistics on
+(`kernel.bpf_stats_enabled`), one more ping-pong run of each overhead table (2 pairs at 2
+vCPUs, 8 pairs at 8) counted how often each ran per round trip and how long a run took,
+the kfuncs it calls (the kernel's idle-CPU search, queue inserts and moves) included. A
+round trip is two wakeups and two context switches. The statistics add two clock reads per
+run, so that run is slower than the table's. Under TCG only the proportions mean something:
+the share of the guest's CPU time spent in the programs bounds what making them cheaper can
+gain against the kernel; the rest of the difference is the kernel's sched_ext core beside
+its own scheduler."""),
     ("Limited groups beside the unlimited rest at 8 vCPUs (scx_bandwidth; same boot, alternating; median of 3 runs of 3 s)", limited_rest,
      """What throttling costs the tasks that are not limited: the same workloads in an unlimited
 cgroup beside 8 cgroups of one hog each limited to 10 ms per 100 ms (throttled every period:

@@ -54,13 +54,13 @@ SCENARIO burst_latency_strict PASS p50_ms=60.0 p99_ms=70.5 max_ms=107.8 usage_ms
 limit_ms_per_100ms=100.0
 SCENARIO burst_sweep PASS b20d30t1.quota_ms=50 b20d30t1.burns=139 b20d30t1.p50_ms=20.2 b20d30t1.p99_ms=21.5 b20d30t1.throttled=0 b90d70t2.quota_ms=180 b90d70t2.burns=150 b90d70t2.p50_ms=91.0 b90d70t2.p99_ms=105.6 b90d70t2.throttled=1
 SCENARIO throttle_cost PASS resumes=108 delay_p50_us=364 delay_p99_us=2896 delay_max_us=3625
-SCENARIO overhead PASS pingpong.scx_per_s=39302 pingpong.kernel_per_s=51155 pingpong.ratio=0.768 forks.scx_per_s=644 forks.kernel_per_s=609 forks.ratio=1.057 messaging.scx_per_s=90000 messaging.kernel_per_s=95000 messaging.ratio=0.947 wakelat.p50_us.scx=500 wakelat.p50_us.kernel=700 wakelat.p50_us.ratio=0.714 wakelat.p99_us.scx=9000 wakelat.p99_us.kernel=6000 wakelat.p99_us.ratio=1.500
+SCENARIO overhead PASS pingpong.scx_per_s=39302 pingpong.kernel_per_s=51155 pingpong.ratio=0.768 forks.scx_per_s=644 forks.kernel_per_s=609 forks.ratio=1.057 messaging.scx_per_s=90000 messaging.kernel_per_s=95000 messaging.ratio=0.947 wakelat.p50_us.scx=500 wakelat.p50_us.kernel=700 wakelat.p50_us.ratio=0.714 wakelat.p99_us.scx=9000 wakelat.p99_us.kernel=6000 wakelat.p99_us.ratio=1.500 bpf.bw_select_cpu.ns_per_call=200 bpf.bw_select_cpu.calls_per_unit=0.200 bpf.bw_enqueue.ns_per_call=400 bpf.bw_enqueue.calls_per_unit=1.200 bpf.bw_dispatch.ns_per_call=600 bpf.bw_dispatch.calls_per_unit=2.200 bpf.bw_runnable.ns_per_call=800 bpf.bw_runnable.calls_per_unit=0.200 bpf.bw_running.ns_per_call=1000 bpf.bw_running.calls_per_unit=1.200 bpf.bw_stopping.ns_per_call=1200 bpf.bw_stopping.calls_per_unit=2.200 bpf.bw_quiescent.ns_per_call=1400 bpf.bw_quiescent.calls_per_unit=0.200 bpf.bw_tick.ns_per_call=1600 bpf.bw_tick.calls_per_unit=1.200 bpf.bw_sched_switch.ns_per_call=1800 bpf.bw_sched_switch.calls_per_unit=2.200 bpf.bw_update_idle.ns_per_call=2000 bpf.bw_update_idle.calls_per_unit=0.200 bpf.ns_per_unit=2000 bpf.cpu_share=0.200
 SCENARIO agent_cost PASS n10.agent_ms_per_s=36.2 n10.agent_runs_per_s=101 n10.ticker_ms_per_s=20.8 n100.agent_ms_per_s=36.1 n100.agent_runs_per_s=81 n100.ticker_ms_per_s=20.0 n1000.agent_ms_per_s=41.6 n1000.agent_runs_per_s=91 n1000.ticker_ms_per_s=24.7
 SCENARIO scale PASS agent_ms_per_s=100.0 active_groups=1026
 scenarios: 9 passed, 1 failed
 """
 
-WIDE_LOG = INIT.replace("2 CPUs", "8 CPUs") + """SCENARIO wide_bench PASS pingpong.scx_per_s=25320 pingpong.kernel_per_s=39717 pingpong.ratio=0.638 forks.scx_per_s=150 forks.kernel_per_s=157 forks.ratio=0.958 messaging.scx_per_s=89176 messaging.kernel_per_s=92984 messaging.ratio=0.959 wakelat.p50_us.scx=497 wakelat.p50_us.kernel=782 wakelat.p50_us.ratio=0.636 wakelat.p99_us.scx=10026 wakelat.p99_us.kernel=5663 wakelat.p99_us.ratio=1.770
+WIDE_LOG = INIT.replace("2 CPUs", "8 CPUs") + """SCENARIO wide_bench PASS pingpong.scx_per_s=25320 pingpong.kernel_per_s=39717 pingpong.ratio=0.638 forks.scx_per_s=150 forks.kernel_per_s=157 forks.ratio=0.958 messaging.scx_per_s=89176 messaging.kernel_per_s=92984 messaging.ratio=0.959 wakelat.p50_us.scx=497 wakelat.p50_us.kernel=782 wakelat.p50_us.ratio=0.636 wakelat.p99_us.scx=10026 wakelat.p99_us.kernel=5663 wakelat.p99_us.ratio=1.770 bpf.bw_select_cpu.ns_per_call=800 bpf.bw_select_cpu.calls_per_unit=0.800 bpf.bw_enqueue.ns_per_call=1600 bpf.bw_enqueue.calls_per_unit=1.800 bpf.bw_dispatch.ns_per_call=2400 bpf.bw_dispatch.calls_per_unit=2.800 bpf.bw_runnable.ns_per_call=3200 bpf.bw_runnable.calls_per_unit=0.800 bpf.bw_running.ns_per_call=4000 bpf.bw_running.calls_per_unit=1.800 bpf.bw_stopping.ns_per_call=4800 bpf.bw_stopping.calls_per_unit=2.800 bpf.bw_quiescent.ns_per_call=5600 bpf.bw_quiescent.calls_per_unit=0.800 bpf.bw_tick.ns_per_call=6400 bpf.bw_tick.calls_per_unit=1.800 bpf.bw_sched_switch.ns_per_call=7200 bpf.bw_sched_switch.calls_per_unit=2.800 bpf.bw_update_idle.ns_per_call=8000 bpf.bw_update_idle.calls_per_unit=0.800 bpf.ns_per_unit=8000 bpf.cpu_share=0.800
 SCENARIO wide_limited_rest PASS pingpong.limited_per_s=20901 pingpong.free_per_s=20867 pingpong.ratio=1.002 messaging.limited_per_s=121980 messaging.free_per_s=116713 messaging.ratio=1.045 groups.limited_cpus=0.807 groups.free_cpus=0.803
 scenarios: 2 passed, 0 failed
 """
@@ -141,6 +141,10 @@ class Writer(unittest.TestCase):
             "| wake to run, 4 workers woken every 2 ms: p99 (µs, lower is better) | 6000 | 9000 | 1.500 |",
             "| pipe ping-pong, 8 pairs (round trips per s) | 39717 | 25320 | 0.638 |",
             "| wake to run, 16 workers woken every 2 ms: p50 (µs, lower is better) | 782 | 497 | 0.636 |",
+            # Each op's figures of both sizes in one row: dispatch is the third op of each log.
+            "| dispatch | 2.200 | 600 | 2.800 | 2400 |",
+            "| all programs: ns per round trip | | 2000 | | 8000 |",
+            "| all programs: share of the guest's CPU time | | 0.200 | | 0.800 |",
             "| 1000 | 10 | no | 41.6 | 91 | 24.7 | 1.68 |",
             "| 1026 | 11 | yes | 100.0 | – | – | – |",
         ):

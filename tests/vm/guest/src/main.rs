@@ -3,6 +3,7 @@
 //! `duty`) to put workloads into cgroups.
 
 mod args;
+mod bpfstat;
 mod cgroup;
 mod host;
 mod output;

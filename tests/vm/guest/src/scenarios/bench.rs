@@ -94,7 +94,8 @@ pub(super) struct Compared {
 /// Each workload for 3 s in the unlimited cgroup t/o; 3 rounds, each under scx_bandwidth
 /// and then under the kernel's own scheduler (scx_bandwidth detached). Printed per field:
 /// the median of each and scx ÷ kernel (`LABEL.scx_per_s`, `LABEL.kernel_per_s`,
-/// `LABEL.ratio` for counts; `LABEL.KEY.scx`, `.kernel`, `.ratio` for the others).
+/// `LABEL.ratio` for counts; `LABEL.KEY.scx`, `.kernel`, `.ratio` for the others); then
+/// what the scheduler's ops cost during one more run of the first workload (`op_costs`).
 pub(super) fn compare(ctx: &mut Ctx, works: &[Compared]) -> Result<(), String> {
     const SECS: u64 = 3;
     // [work][field][scx, kernel] -> one figure per round
@@ -113,6 +114,7 @@ pub(super) fn compare(ctx: &mut Ctx, works: &[Compared]) -> Result<(), String> {
             }
         }
     }
+    op_costs(ctx, &works[0], SECS)?;
     let med = |v: &mut Vec<f64>| {
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]
@@ -131,6 +133,49 @@ pub(super) fn compare(ctx: &mut Ctx, works: &[Compared]) -> Result<(), String> {
             ctx.figure(rn, format!("{:.3}", s / k.max(1e-9)));
         }
     }
+    Ok(())
+}
+
+/// The scheduler's ops whose cost per call `op_costs` reports (BPF program names).
+pub(super) const OPS: [&str; 10] = [
+    "bw_select_cpu", "bw_enqueue", "bw_dispatch", "bw_runnable", "bw_running",
+    "bw_stopping", "bw_quiescent", "bw_tick", "bw_sched_switch", "bw_update_idle",
+];
+
+/// What the scheduler's BPF programs cost during one more run of `c` (the first workload of
+/// `compare`, ping-pong), under scx_bandwidth with the kernel's per-program statistics on
+/// (kernel.bpf_stats_enabled; off in the rounds above, as it adds two clock reads per call):
+/// per op, ns per call and calls per unit of work (`bpf.OP.ns_per_call`,
+/// `bpf.OP.calls_per_unit`), and for all programs together ns per unit and the share of the
+/// guest's CPU time (`bpf.ns_per_unit`, `bpf.cpu_share`). Leaves the scheduler detached,
+/// as `compare` ends.
+fn op_costs(ctx: &mut Ctx, c: &Compared, secs: u64) -> Result<(), String> {
+    ctx.start_sched(&[])?;
+    crate::bpfstat::enable(true)?;
+    let before = crate::bpfstat::snapshot();
+    let t0 = Instant::now();
+    let got = run_compared(ctx, c, secs);
+    let wall = t0.elapsed().as_secs_f64();
+    let after = crate::bpfstat::snapshot();
+    crate::bpfstat::enable(false)?;
+    ctx.stop_sched()?;
+    let units = got?[0] * secs as f64;
+    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as f64;
+    let mut all = 0.0;
+    for (name, &(ns, cnt)) in after.iter().filter(|(n, _)| n.starts_with("bw_")) {
+        let (ns0, cnt0) = before.get(name).copied().unwrap_or((0, 0));
+        let (dns, dcnt) = (ns.saturating_sub(ns0) as f64, cnt.saturating_sub(cnt0) as f64);
+        all += dns;
+        if OPS.contains(&name.as_str()) {
+            ctx.figure(format!("bpf.{name}.ns_per_call"), format!("{:.0}", dns / dcnt.max(1.0)));
+            ctx.figure(format!("bpf.{name}.calls_per_unit"), format!("{:.3}", dcnt / units.max(1.0)));
+        }
+    }
+    if all == 0.0 {
+        return Err("kernel.bpf_stats_enabled on, but no program of the scheduler counted any run time".into());
+    }
+    ctx.figure("bpf.ns_per_unit", format!("{:.0}", all / units.max(1.0)));
+    ctx.figure("bpf.cpu_share", format!("{:.3}", all / (wall * cpus * 1e9)));
     Ok(())
 }
 
