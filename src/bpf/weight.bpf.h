@@ -21,9 +21,16 @@
  * active() is kept exact with two counters per cgroup, changed only when
  * an entity becomes active or inactive (task runnable / quiescent, parked /
  * released, moved, reweighted) and passed up the tree only when a cgroup's
- * count crosses zero. The changes from different CPUs may reach a parent out
- * of order; each is a signed sum with transitions counted at the 0 <-> 1
- * crossings, so the counts settle on the right values once all have arrived.
+ * count crosses zero. The counters are atomic adds: a task waking or going
+ * to sleep in a cgroup that stays active takes no lock (with one lock per
+ * cgroup, every wakeup of a busy cgroup's tasks took the same one from every
+ * CPU: at 8 vCPUs under TCG, runnable cost 8 times what it cost at 2, where
+ * the CPUs' own slowdown is 4). A crossing takes the cgroup's lock and makes
+ * what the parent counts agree with the count as it is then (`counted`); the
+ * last crossing's look comes after every add, so the parent ends up counting
+ * the cgroup exactly when it is active, with the weight it has. The changes
+ * from different CPUs may reach a parent out of order; each is a signed sum,
+ * so the counts settle on the right values once all have arrived.
  *
  * Like CFS, a throttled group's parked tasks do not count: while throttled,
  * its siblings share as if it had nothing to run.
@@ -72,17 +79,19 @@ static __always_inline u32 cgroup_weight(u32 cpu_weight)
 }
 
 struct cg_ctx {
-	/* Serialises the counters below and the weight against them. */
+	/* Serialises weight, contrib and counted. */
 	struct bpf_spin_lock lock;
+	/* Whether the parent counts this cgroup as active (with contrib). */
+	u32 counted;
 	/* Parent cgroup's id; 0 for the root. */
 	u64 parent;
 	/* cpu.weight in load weight units (cgroup_weight). */
 	u32 weight;
-	/* The weight counted in the parent's active_sum while this is active. */
+	/* The weight counted in the parent's active_sum while counted. */
 	u32 contrib;
-	/* Active entities directly below: runnable tasks and active children. */
+	/* Active entities directly below: runnable tasks and active children (atomic). */
 	s64 nr_active;
-	/* Their weights. */
+	/* Their weights (atomic). */
 	s64 active_sum;
 };
 
@@ -106,7 +115,7 @@ static void cg_apply(u64 cgid, s64 dnr, s64 dw)
 
 	bpf_for(lvl, 0, BW_MAX_LEVEL + 1) {
 		struct cg_ctx *c;
-		s64 nr, pdnr = 0, pdw = 0;
+		s64 old, pdnr = 0, pdw = 0;
 		u64 parent;
 
 		if (!cgid || (!dnr && !dw))
@@ -114,15 +123,24 @@ static void cg_apply(u64 cgid, s64 dnr, s64 dw)
 		c = bpf_map_lookup_elem(&cg_ctxs, &cgid);
 		if (!c)
 			break;
+		if (dw)
+			__sync_fetch_and_add(&c->active_sum, dw);
+		if (!dnr)
+			break;
+		old = __sync_fetch_and_add(&c->nr_active, dnr);
+		if ((old > 0) == (old + dnr > 0))
+			break;
+		/* Crossed zero: what the parent counts follows the count as it is now. */
 		bpf_spin_lock(&c->lock);
-		nr = c->nr_active;
-		c->nr_active = nr + dnr;
-		c->active_sum += dw;
-		if (nr <= 0 && nr + dnr > 0) {
-			c->contrib = c->weight;
-			pdnr = 1;
-			pdw = c->contrib;
-		} else if (nr > 0 && nr + dnr <= 0) {
+		if (READ_ONCE(c->nr_active) > 0) {
+			if (!c->counted) {
+				c->counted = 1;
+				c->contrib = c->weight;
+				pdnr = 1;
+				pdw = c->contrib;
+			}
+		} else if (c->counted) {
+			c->counted = 0;
 			pdnr = -1;
 			pdw = -(s64)c->contrib;
 		}
@@ -178,7 +196,7 @@ static void cg_reweight(u64 cgid, u32 cpu_weight)
 		return;
 	bpf_spin_lock(&c->lock);
 	c->weight = weight;
-	if (c->nr_active > 0) {
+	if (c->counted) {
 		dw = (s64)weight - c->contrib;
 		c->contrib = weight;
 	}
@@ -228,11 +246,12 @@ static void cg_destroy(struct cgroup *cgrp)
 	if (!c)
 		return;
 	bpf_spin_lock(&c->lock);
-	if (c->nr_active > 0) {
+	if (c->counted) {
 		dnr = -1;
 		dw = -(s64)c->contrib;
 	}
-	c->nr_active = 0;
+	c->counted = 0;
+	WRITE_ONCE(c->nr_active, 0);
 	parent = c->parent;
 	bpf_spin_unlock(&c->lock);
 	cg_apply(parent, dnr, dw);
