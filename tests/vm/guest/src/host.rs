@@ -15,7 +15,8 @@
 //!   host_wait_pct   time qemu's vCPU threads were runnable but not running, same unit: what other
 //!                   processes took from qemu (a niced build on a CPU the guest leaves idle
 //!                   costs it nothing and does not count)
-//!   host_other_pct  busy time of everything but qemu, same unit (for the record)
+//!   host_other_pct  busy time of everything but qemu, same unit (the noise figure when the
+//!                   guest has more vCPUs than the host has CPUs: tests/vm/run)
 //!   host_qemu_pct   qemu's CPU time, same unit
 //!   host_stall_pct  (only while `hostload --stall-ms` runs) the share of wall time qemu was
 //!                   stopped: every vCPU lost it, so it is also a share of the capacity
