@@ -110,6 +110,24 @@ pub fn all_tids() -> Vec<(u32, u32)> {
         .collect()
 }
 
+/// Allows thread `tid` (0: the calling thread) on `cpus` only.
+pub fn set_affinity(tid: u32, cpus: &[usize]) -> Result<(), String> {
+    // SAFETY: cpu_set_t is plain data; only CPUs below CPU_SETSIZE are set.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        for &c in cpus.iter().filter(|&&c| c < libc::CPU_SETSIZE as usize) {
+            libc::CPU_SET(c, &mut set);
+        }
+        if libc::sched_setaffinity(tid as libc::pid_t, std::mem::size_of_val(&set), &set) != 0 {
+            return Err(format!(
+                "sched_setaffinity({tid}): {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Thread ids of process `pid` (empty when it is gone).
 pub fn threads(pid: u32) -> Vec<u32> {
     fs::read_dir(format!("/proc/{pid}/task"))

@@ -125,24 +125,7 @@ fn threads_of(pid: u32) -> Vec<(u32, u64, Option<u64>)> {
 }
 
 fn set_affinity_all(tid: u32) -> Result<(), String> {
-    set_affinity(tid, &(0..nr_cpus()).collect::<Vec<_>>())
-}
-
-fn set_affinity(tid: u32, cpus: &[usize]) -> Result<(), String> {
-    // SAFETY: cpu_set_t is plain data; only CPUs below CPU_SETSIZE are set.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        for &c in cpus.iter().filter(|&&c| c < libc::CPU_SETSIZE as usize) {
-            libc::CPU_SET(c, &mut set);
-        }
-        if libc::sched_setaffinity(tid as libc::pid_t, std::mem::size_of_val(&set), &set) != 0 {
-            return Err(format!(
-                "sched_setaffinity({tid}): {}",
-                std::io::Error::last_os_error()
-            ));
-        }
-    }
-    Ok(())
+    crate::sched::set_affinity(tid, &(0..nr_cpus()).collect::<Vec<_>>())
 }
 
 /// Confines every thread of each workload to its CPUs (one LLC's), lets them run there for
@@ -154,7 +137,7 @@ fn confine_then_free(ctx: &mut Ctx, procs: &[(usize, Vec<usize>)]) -> Result<Vec
     for (idx, cpus) in procs {
         let pid = ctx.workload_pid(*idx).ok_or("a workload has no pid")?;
         for (tid, _, _) in threads_of(pid) {
-            set_affinity(tid, cpus)?;
+            crate::sched::set_affinity(tid, cpus)?;
             tids.push((tid, *idx));
         }
     }
