@@ -212,25 +212,12 @@ pub fn idle_beside_waiting(sw: &[Switch], cpus: &[usize], tasks: &[u32], from: u
 /// onto each in turn and sleeps there 1 ms), so a trace started before it knows what each
 /// CPU runs from then on. Leaves the calling thread allowed on every CPU of `cpus`.
 pub fn poke_cpus(cpus: &[usize]) -> Result<(), String> {
-    let pin = |set: &[usize]| -> Result<(), String> {
-        // SAFETY: cpu_set_t is plain data; only CPUs below CPU_SETSIZE are set.
-        unsafe {
-            let mut m: libc::cpu_set_t = std::mem::zeroed();
-            for &c in set.iter().filter(|&&c| c < libc::CPU_SETSIZE as usize) {
-                libc::CPU_SET(c, &mut m);
-            }
-            if libc::sched_setaffinity(0, std::mem::size_of_val(&m), &m) != 0 {
-                return Err(format!("sched_setaffinity({set:?}): {}", std::io::Error::last_os_error()));
-            }
-        }
-        Ok(())
-    };
     let out = cpus.iter().try_for_each(|&c| {
-        pin(&[c])?;
+        crate::sched::set_affinity(0, &[c])?;
         std::thread::sleep(std::time::Duration::from_millis(1));
         Ok(())
     });
-    pin(cpus)?;
+    crate::sched::set_affinity(0, cpus)?;
     out
 }
 
