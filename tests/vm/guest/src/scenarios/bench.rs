@@ -137,7 +137,7 @@ pub(super) fn compare(ctx: &mut Ctx, works: &[Compared]) -> Result<(), String> {
 }
 
 /// The scheduler's ops whose cost per call `op_costs` reports (BPF program names).
-pub(super) const OPS: [&str; 10] = [
+const OPS: [&str; 10] = [
     "bw_select_cpu", "bw_enqueue", "bw_dispatch", "bw_runnable", "bw_running",
     "bw_stopping", "bw_quiescent", "bw_tick", "bw_sched_switch", "bw_update_idle",
 ];

@@ -53,6 +53,13 @@ struct HotplugRun {
     others: Vec<(f64, String)>,
 }
 
+impl HotplugRun {
+    /// `others` as printed: "comm:CPUs,...".
+    fn others_text(&self) -> String {
+        self.others.iter().map(|(c, n)| format!("{n}:{c:.3}")).collect::<Vec<_>>().join(",")
+    }
+}
+
 /// One hotplug loop under whichever scheduler is in charge.
 fn hotplug_once(ctx: &mut Ctx) -> Result<HotplugRun, String> {
     let from = ctx.nr_workloads();
@@ -126,8 +133,9 @@ fn hotplug_once(ctx: &mut Ctx) -> Result<HotplugRun, String> {
 /// used at least its share under the kernel less 0.05 of its limit, and at most its limit
 /// +5 %; the unthrottled group at least 0.95 of what it got under the kernel, and its hogs
 /// waited beside idle CPUs for at most BESIDE_MAX_CPUS (work conservation, from the
-/// sched_switch trace; the kernel's figure is printed beside); the scheduler saw every toggle, CPUs going offline gave runtime back to pools, the topology was read
-/// again and still has 2 LLC queues.
+/// sched_switch trace; the kernel's figure is printed beside); the scheduler saw every
+/// toggle, CPUs going offline gave runtime back to pools, the topology was read again and
+/// still has 2 LLC queues.
 pub(super) fn wide_hotplug(ctx: &mut Ctx) -> Result<(), String> {
     require_wide()?;
     if !fs::read_to_string(cpu_online_path(HOTPLUG_CPU)).is_ok_and(|s| s.trim() == "1") {
@@ -145,7 +153,7 @@ pub(super) fn wide_hotplug(ctx: &mut Ctx) -> Result<(), String> {
     let k = &kr.used;
     ctx.figure("kernel_idle_cpus", format!("{:.3}", kr.idle));
     ctx.figure("kernel_idle_beside_waiting", format!("{:.4}", kr.idle_beside_waiting));
-    ctx.figure("kernel_others", kr.others.iter().map(|(c, n)| format!("{n}:{c:.3}")).collect::<Vec<_>>().join(","));
+    ctx.figure("kernel_others", kr.others_text());
     for ((g, limit, _), u) in HOTPLUG_GROUPS.iter().zip(k) {
         ctx.figure(format!("kernel.{g}.ratio"), format!("{:.3}", u / limit));
     }
@@ -158,7 +166,7 @@ pub(super) fn wide_hotplug(ctx: &mut Ctx) -> Result<(), String> {
     let (o, toggles) = (&or.used, or.toggles);
     ctx.figure("idle_cpus", format!("{:.3}", or.idle));
     ctx.figure("idle_beside_waiting", format!("{:.4}", or.idle_beside_waiting));
-    ctx.figure("others", or.others.iter().map(|(c, n)| format!("{n}:{c:.3}")).collect::<Vec<_>>().join(","));
+    ctx.figure("others", or.others_text());
     ctx.healthy()?;
     let after = crate::stats::fetch()?;
     for ((g, limit, _), u) in HOTPLUG_GROUPS.iter().zip(o) {
