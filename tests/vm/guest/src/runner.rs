@@ -309,6 +309,19 @@ impl<'a> Ctx<'a> {
         attached
     }
 
+    /// Start the floor scheduler (`scxbw-floor`, beside the scheduler's binary; see
+    /// tests/bench/floor) in its place and wait until it is attached. `stop_sched` stops it.
+    pub fn start_floor(&mut self) -> Result<(), String> {
+        let log = PathBuf::from(format!("/tmp/{}.floor.{}.log", self.name, self.sched_starts));
+        self.sched_starts += 1;
+        self.sched_log = Some(log.clone());
+        let bin = Path::new(&self.opts.sched).with_file_name("scxbw-floor");
+        let mut s = Sched::start_floor(&bin, &log)?;
+        let attached = s.wait_attached();
+        self.sched = Some(s);
+        attached
+    }
+
     /// SIGINT the scheduler and require a clean detach; records `detach_ms`. A no-op in
     /// --cfs mode. The runner calls this after the body unless the body already did.
     pub fn stop_sched(&mut self) -> Result<(), String> {

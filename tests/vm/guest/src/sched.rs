@@ -13,6 +13,8 @@ const STATE: &str = "/sys/kernel/sched_ext/state";
 const ROOT_OPS: &str = "/sys/kernel/sched_ext/root/ops";
 /// `scx_ops_open!` appends "_VERSION_TARGET" to the ops name, so match the prefix only.
 pub const OPS_PREFIX: &str = "scx_bandwidth";
+/// The same for the floor scheduler (tests/bench/floor), the benchmarks' yardstick.
+pub const FLOOR_OPS_PREFIX: &str = "scxbw_floor";
 /// Bound on attach and on detach after SIGINT (the acceptance criteria's 10 s).
 pub const ATTACH_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -207,14 +209,14 @@ pub fn signal(pid: u32, sig: libc::c_int) {
 /// BPF scheduler, so a failed or panicking scenario cannot leave it attached.
 pub struct Sched {
     child: Option<Child>,
+    /// Prefix of its ops name in root/ops once attached.
+    ops: &'static str,
 }
 
 impl Sched {
     /// `config` None runs it with no configured limits (it refuses an empty file); `stats`
     /// adds `--stats 1` (the table every second, in its log).
     pub fn start(bin: &Path, config: Option<&Path>, stats: bool, extra: &[&str], log: &Path) -> Result<Sched, String> {
-        let out = File::create(log).map_err(|e| format!("create {}: {e}", log.display()))?;
-        let err = out.try_clone().map_err(|e| e.to_string())?;
         let mut cmd = Command::new(bin);
         if let Some(config) = config {
             cmd.arg("--config").arg(config);
@@ -222,14 +224,26 @@ impl Sched {
         if stats {
             cmd.args(["--stats", "1"]);
         }
+        cmd.args(extra);
+        Self::spawn(cmd, log, OPS_PREFIX)
+    }
+
+    /// The floor scheduler (`scxbw-floor`, no arguments) in place of scx_bandwidth: started,
+    /// waited for, checked and stopped the same way.
+    pub fn start_floor(bin: &Path, log: &Path) -> Result<Sched, String> {
+        Self::spawn(Command::new(bin), log, FLOOR_OPS_PREFIX)
+    }
+
+    fn spawn(mut cmd: Command, log: &Path, ops: &'static str) -> Result<Sched, String> {
+        let out = File::create(log).map_err(|e| format!("create {}: {e}", log.display()))?;
+        let err = out.try_clone().map_err(|e| e.to_string())?;
         let child = cmd
-            .args(extra)
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err)
             .spawn()
-            .map_err(|e| format!("start {}: {e}", bin.display()))?;
-        Ok(Sched { child: Some(child) })
+            .map_err(|e| format!("start {}: {e}", cmd.get_program().to_string_lossy()))?;
+        Ok(Sched { child: Some(child), ops })
     }
 
     pub fn pid(&self) -> Option<u32> {
@@ -254,7 +268,7 @@ impl Sched {
                 return true;
             }
             state().as_deref() == Some("enabled")
-                && root_ops().is_some_and(|o| o.starts_with(OPS_PREFIX))
+                && root_ops().is_some_and(|o| o.starts_with(self.ops))
         });
         if let Some(st) = early_exit {
             return Err(format!(

@@ -65,8 +65,8 @@ fn resume_delays(ends: &[u64], period: u64) -> Vec<u64> {
 /// vCPUs with more tasks): 2 pipe ping-pong pairs, 2 threads forking children that exit at
 /// once, messaging of 1 group of 4 senders and 4 receivers (hackbench-like), and the
 /// wake-to-run latency of 4 workers woken every 2 ms (schbench-like), 3 s each, in an
-/// unlimited cgroup; 3 rounds, each measured under scx_bandwidth and then under the kernel's
-/// own scheduler (scx_bandwidth detached). Printed: the median of each and scx ÷ kernel.
+/// unlimited cgroup; 3 rounds, each measured under scx_bandwidth, under the kernel's own
+/// scheduler (scx_bandwidth detached) and under the floor scheduler (`compare`).
 pub(super) fn overhead(ctx: &mut Ctx) -> Result<(), String> {
     compare(ctx, &workloads(2, 1, 4))
 }
@@ -91,46 +91,59 @@ pub(super) struct Compared {
     pub fields: &'static [(&'static str, bool)],
 }
 
-/// Each workload for 3 s in the unlimited cgroup t/o; 3 rounds, each under scx_bandwidth
-/// and then under the kernel's own scheduler (scx_bandwidth detached). Printed per field:
-/// the median of each and scx ÷ kernel (`LABEL.scx_per_s`, `LABEL.kernel_per_s`,
-/// `LABEL.ratio` for counts; `LABEL.KEY.scx`, `.kernel`, `.ratio` for the others); then
-/// what the scheduler's ops cost during one more run of the first workload (`op_costs`).
+/// Each workload for 3 s in the unlimited cgroup t/o; 3 rounds, each under scx_bandwidth,
+/// then under the kernel's own scheduler (scx_bandwidth detached), then under the floor
+/// scheduler (tests/bench/floor: the least a sched_ext scheduler does, so what sched_ext
+/// itself costs beside the kernel's). Printed per field: the median of each, scx ÷ kernel,
+/// floor ÷ kernel and scx ÷ floor (`LABEL.scx_per_s`, `.kernel_per_s`, `.floor_per_s`,
+/// `.ratio`, `.floor_ratio`, `.scx_per_floor` for counts; `LABEL.KEY.scx`, `.kernel`,
+/// `.floor`, `.ratio`, `.floor_ratio`, `.scx_per_floor` for the others); then what the
+/// scheduler's ops cost during one more run of the first workload (`op_costs`).
 pub(super) fn compare(ctx: &mut Ctx, works: &[Compared]) -> Result<(), String> {
     const SECS: u64 = 3;
-    // [work][field][scx, kernel] -> one figure per round
-    let mut got: Vec<Vec<[Vec<f64>; 2]>> = works.iter().map(|w| vec![[Vec::new(), Vec::new()]; w.fields.len()]).collect();
+    const SCX: usize = 0;
+    const KERNEL: usize = 1;
+    const FLOOR: usize = 2;
+    // [work][field][scx, kernel, floor] -> one figure per round
+    let mut got: Vec<Vec<[Vec<f64>; 3]>> =
+        works.iter().map(|w| vec![[Vec::new(), Vec::new(), Vec::new()]; w.fields.len()]).collect();
     for round in 0..3 {
-        for scx in [true, false] {
-            if scx && round > 0 {
-                ctx.start_sched(&[])?;
-            } else if !scx {
-                ctx.stop_sched()?;
+        for arm in [SCX, KERNEL, FLOOR] {
+            match arm {
+                SCX if round > 0 => ctx.start_sched(&[])?,
+                SCX => {} // the runner started it
+                KERNEL => ctx.stop_sched()?,
+                _ => ctx.start_floor()?,
             }
             for (i, c) in works.iter().enumerate() {
                 for (f, v) in run_compared(ctx, c, SECS)?.into_iter().enumerate() {
-                    got[i][f][usize::from(!scx)].push(v);
+                    got[i][f][arm].push(v);
                 }
             }
         }
+        ctx.stop_sched()?;
     }
     op_costs(ctx, &works[0], SECS)?;
     let med = |v: &mut Vec<f64>| {
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]
     };
+    let ratio = |a: f64, b: f64| format!("{:.3}", a / b.max(1e-9));
     for (i, c) in works.iter().enumerate() {
         for (f, (key, count)) in c.fields.iter().enumerate() {
-            let [s, k] = &mut got[i][f];
-            let (s, k) = (med(s), med(k));
-            let (sn, kn, rn) = if *count {
-                (format!("{}.scx_per_s", c.label), format!("{}.kernel_per_s", c.label), format!("{}.ratio", c.label))
-            } else {
-                (format!("{}.{key}.scx", c.label), format!("{}.{key}.kernel", c.label), format!("{}.{key}.ratio", c.label))
+            let [s, k, fl] = &mut got[i][f];
+            let (s, k, fl) = (med(s), med(k), med(fl));
+            let name = |what: &str| match count {
+                true => format!("{}.{what}", c.label),
+                false => format!("{}.{key}.{what}", c.label),
             };
-            ctx.figure(sn, format!("{s:.0}"));
-            ctx.figure(kn, format!("{k:.0}"));
-            ctx.figure(rn, format!("{:.3}", s / k.max(1e-9)));
+            let per_s = |what: &str| name(&if *count { format!("{what}_per_s") } else { what.to_string() });
+            ctx.figure(per_s("scx"), format!("{s:.0}"));
+            ctx.figure(per_s("kernel"), format!("{k:.0}"));
+            ctx.figure(per_s("floor"), format!("{fl:.0}"));
+            ctx.figure(name("ratio"), ratio(s, k));
+            ctx.figure(name("floor_ratio"), ratio(fl, k));
+            ctx.figure(name("scx_per_floor"), ratio(s, fl));
         }
     }
     Ok(())
@@ -141,41 +154,55 @@ const OPS: [&str; 10] = [
     "bw_select_cpu", "bw_enqueue", "bw_dispatch", "bw_runnable", "bw_running",
     "bw_stopping", "bw_quiescent", "bw_tick", "bw_sched_switch", "bw_update_idle",
 ];
+/// The floor scheduler's ops (tests/bench/floor).
+const FLOOR_OPS: [&str; 2] = ["fl_select_cpu", "fl_enqueue"];
 
-/// What the scheduler's BPF programs cost during one more run of `c` (the first workload of
-/// `compare`, ping-pong), under scx_bandwidth with the kernel's per-program statistics on
+/// What a scheduler's BPF programs cost during one more run of `c` (the first workload of
+/// `compare`, ping-pong), with the kernel's per-program statistics on
 /// (kernel.bpf_stats_enabled; off in the rounds above, as it adds two clock reads per call):
 /// per op, ns per call and calls per unit of work (`bpf.OP.ns_per_call`,
 /// `bpf.OP.calls_per_unit`), and for all programs together ns per unit and the share of the
-/// guest's CPU time (`bpf.ns_per_unit`, `bpf.cpu_share`). Leaves the scheduler detached,
-/// as `compare` ends.
+/// guest's CPU time (`bpf.ns_per_unit`, `bpf.cpu_share`). Under scx_bandwidth, then under
+/// the floor scheduler (the same figures, prefixed `floor.`): what the kernel's part of an
+/// op costs (the idle-CPU search, queue inserts) shows in the floor's. Leaves the scheduler
+/// detached, as `compare` ends.
 fn op_costs(ctx: &mut Ctx, c: &Compared, secs: u64) -> Result<(), String> {
-    ctx.start_sched(&[])?;
-    crate::bpfstat::enable(true)?;
-    let before = crate::bpfstat::snapshot();
-    let t0 = Instant::now();
-    let got = run_compared(ctx, c, secs);
-    let wall = t0.elapsed().as_secs_f64();
-    let after = crate::bpfstat::snapshot();
-    crate::bpfstat::enable(false)?;
-    ctx.stop_sched()?;
-    let units = got?[0] * secs as f64;
-    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as f64;
-    let mut all = 0.0;
-    for (name, &(ns, cnt)) in after.iter().filter(|(n, _)| n.starts_with("bw_")) {
-        let (ns0, cnt0) = before.get(name).copied().unwrap_or((0, 0));
-        let (dns, dcnt) = (ns.saturating_sub(ns0) as f64, cnt.saturating_sub(cnt0) as f64);
-        all += dns;
-        if OPS.contains(&name.as_str()) {
-            ctx.figure(format!("bpf.{name}.ns_per_call"), format!("{:.0}", dns / dcnt.max(1.0)));
-            ctx.figure(format!("bpf.{name}.calls_per_unit"), format!("{:.3}", dcnt / units.max(1.0)));
+    for floor in [false, true] {
+        let (prefix, ops, key) = match floor {
+            false => ("bw_", &OPS[..], "bpf"),
+            true => ("fl_", &FLOOR_OPS[..], "floor.bpf"),
+        };
+        if floor {
+            ctx.start_floor()?;
+        } else {
+            ctx.start_sched(&[])?;
         }
+        crate::bpfstat::enable(true)?;
+        let before = crate::bpfstat::snapshot();
+        let t0 = Instant::now();
+        let got = run_compared(ctx, c, secs);
+        let wall = t0.elapsed().as_secs_f64();
+        let after = crate::bpfstat::snapshot();
+        crate::bpfstat::enable(false)?;
+        ctx.stop_sched()?;
+        let units = got?[0] * secs as f64;
+        let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as f64;
+        let mut all = 0.0;
+        for (name, &(ns, cnt)) in after.iter().filter(|(n, _)| n.starts_with(prefix)) {
+            let (ns0, cnt0) = before.get(name).copied().unwrap_or((0, 0));
+            let (dns, dcnt) = (ns.saturating_sub(ns0) as f64, cnt.saturating_sub(cnt0) as f64);
+            all += dns;
+            if ops.contains(&name.as_str()) {
+                ctx.figure(format!("{key}.{name}.ns_per_call"), format!("{:.0}", dns / dcnt.max(1.0)));
+                ctx.figure(format!("{key}.{name}.calls_per_unit"), format!("{:.3}", dcnt / units.max(1.0)));
+            }
+        }
+        if all == 0.0 {
+            return Err(format!("kernel.bpf_stats_enabled on, but no {prefix}* program counted any run time"));
+        }
+        ctx.figure(format!("{key}.ns_per_unit"), format!("{:.0}", all / units.max(1.0)));
+        ctx.figure(format!("{key}.cpu_share"), format!("{:.3}", all / (wall * cpus * 1e9)));
     }
-    if all == 0.0 {
-        return Err("kernel.bpf_stats_enabled on, but no program of the scheduler counted any run time".into());
-    }
-    ctx.figure("bpf.ns_per_unit", format!("{:.0}", all / units.max(1.0)));
-    ctx.figure("bpf.cpu_share", format!("{:.3}", all / (wall * cpus * 1e9)));
     Ok(())
 }
 

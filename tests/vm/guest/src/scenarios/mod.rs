@@ -334,7 +334,7 @@ pub fn bench() -> Vec<Scenario> {
     ));
     v.push(Scenario {
         name: "overhead",
-        about: "no limits: pipe ping-pong, fork, messaging throughput and wakeup latency under scx_bandwidth and under the kernel's scheduler, alternately in one boot",
+        about: "no limits: pipe ping-pong, fork, messaging throughput and wakeup latency under scx_bandwidth, the kernel's scheduler and the floor scheduler, alternately in one boot",
         needs_sched: true,
         limits: vec![],
         cgroups: vec!["t/o"],

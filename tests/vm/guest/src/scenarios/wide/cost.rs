@@ -5,7 +5,8 @@ use super::*;
 use crate::runner::{Ctx, WARMUP};
 
 /// Scheduling cost at 8 vCPUs without limits, scx_bandwidth against the kernel's
-/// scheduler alternately in one boot (bench.rs `compare`: 3 rounds of 3 s each, medians):
+/// scheduler and the floor scheduler alternately in one boot (bench.rs `compare`: 3 rounds
+/// of 3 s each, medians):
 /// pipe ping-pong of 8 pairs, 8 threads forking, messaging of 4 groups of 4 senders and 4
 /// receivers (hackbench-like), and the wake-to-run latency of 16 workers woken every 2 ms
 /// (schbench-like). A benchmark: the figures are reported (goals: throughput >= 0.95 of the

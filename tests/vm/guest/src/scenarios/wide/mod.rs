@@ -232,7 +232,7 @@ pub fn bench_scenarios() -> Vec<Scenario> {
     vec![
         Scenario {
             name: "wide_bench",
-            about: "8 CPUs, no limits, against the kernel's scheduler in one boot: pipe ping-pong 8 pairs, fork 8 threads, messaging 4x(4+4), wakeup latency of 16 workers; reports figures",
+            about: "8 CPUs, no limits, against the kernel's scheduler and the floor scheduler in one boot: pipe ping-pong 8 pairs, fork 8 threads, messaging 4x(4+4), wakeup latency of 16 workers; reports figures",
             needs_sched: true,
             limits: vec![],
             cgroups: vec!["t/o"],
