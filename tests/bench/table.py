@@ -154,16 +154,18 @@ def throttling(cfs, scx, wide):
 
 def compared(o, pairs, groups, workers):
     """The rows of a bench.rs `compare` scenario's figures (`overhead`, `wide_bench`)."""
-    lines = ["| workload | kernel's scheduler | scx_bandwidth | scx ÷ kernel |", "| --- | --- | --- | --- |"]
+    lines = ["| workload | kernel's scheduler | floor scheduler | scx_bandwidth | scx ÷ kernel | floor ÷ kernel "
+             "| scx ÷ floor |", "| --- | --- | --- | --- | --- | --- | --- |"]
     counts = [("pingpong", f"pipe ping-pong, {pairs} pairs (round trips per s)"),
               ("forks", f"fork + exit + wait, {pairs} threads (per s)"),
               ("messaging", f"messaging, {groups} × (4 senders + 4 receivers) (messages per s)")]
-    for key, label in counts:
-        lines.append(f"| {label} | {o.get(key + '.kernel_per_s', '–')} | {o.get(key + '.scx_per_s', '–')} | {o.get(key + '.ratio', '–')} |")
-    for q in ("p50", "p99"):
-        k = f"wakelat.{q}_us"
-        lines.append(f"| wake to run, {workers} workers woken every 2 ms: {q} (µs, lower is better) | {o.get(k + '.kernel', '–')} "
-                     f"| {o.get(k + '.scx', '–')} | {o.get(k + '.ratio', '–')} |")
+    rows = [(label, key + ".", "_per_s") for key, label in counts]
+    rows += [(f"wake to run, {workers} workers woken every 2 ms: {q} (µs, lower is better)", f"wakelat.{q}_us.", "")
+             for q in ("p50", "p99")]
+    for label, k, unit in rows:
+        cells = [o.get(k + what, "–") for what in ("kernel" + unit, "floor" + unit, "scx" + unit, "ratio", "floor_ratio",
+                                                  "scx_per_floor")]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return lines
 
 
@@ -177,6 +179,7 @@ def overhead_wide(cfs, scx, wide):
 
 OP_NAMES = ["select_cpu", "enqueue", "dispatch", "runnable", "running", "stopping", "quiescent", "tick",
             "sched_switch", "update_idle"]
+FLOOR_OP_NAMES = ["select_cpu", "enqueue"]
 
 
 def op_costs(cfs, scx, wide):
@@ -190,6 +193,14 @@ def op_costs(cfs, scx, wide):
     lines.append(f"| all programs: ns per round trip | | {o2.get('bpf.ns_per_unit', '–')} | | {o8.get('bpf.ns_per_unit', '–')} |")
     lines.append(f"| all programs: share of the guest's CPU time | | {o2.get('bpf.cpu_share', '–')} | "
                  f"| {o8.get('bpf.cpu_share', '–')} |")
+    for op in FLOOR_OP_NAMES:
+        k = f"floor.bpf.fl_{op}."
+        lines.append(f"| floor scheduler: {op} | {o2.get(k + 'calls_per_unit', '–')} | {o2.get(k + 'ns_per_call', '–')} "
+                     f"| {o8.get(k + 'calls_per_unit', '–')} | {o8.get(k + 'ns_per_call', '–')} |")
+    lines.append(f"| floor scheduler, all programs: ns per round trip | | {o2.get('floor.bpf.ns_per_unit', '–')} | "
+                 f"| {o8.get('floor.bpf.ns_per_unit', '–')} |")
+    lines.append(f"| floor scheduler, all programs: share of the guest's CPU time | | {o2.get('floor.bpf.cpu_share', '–')} | "
+                 f"| {o8.get('floor.bpf.cpu_share', '–')} |")
     return lines
 
 
@@ -256,7 +267,10 @@ CPU to dispatch, so its resumes come later, and its tail is the agent's timer la
 TCG."""),
     ("Overhead without limits (same boot, alternating; median of 3 runs of 3 s, per s)", overhead,
      """Throughput in an unlimited cgroup under scx_bandwidth and, in the same boot with
-scx_bandwidth detached, under the kernel's own scheduler. The goal for pipe ping-pong is 0.95
+scx_bandwidth detached, under the kernel's own scheduler and under the floor scheduler
+(`tests/bench/floor`: the least a sched_ext scheduler does, the kernel's idle-CPU choice and
+one FIFO queue, no fairness, no cgroups, no limits). Floor ÷ kernel is what sched_ext itself
+costs here; scx ÷ floor is what scx_bandwidth adds to it. The goal for pipe ping-pong is 0.95
 of the kernel's; the spread between runs of one revision is large under TCG, so one run does
 not settle it."""),
     ("Overhead at 8 vCPUs in 2 sockets and 2 NUMA nodes (same boot, alternating; median of 3 runs of 3 s)", overhead_wide,
@@ -266,7 +280,7 @@ scx_bandwidth runs two LLC queues) with four times the tasks: the `wide_bench` s
 oversubscribed and every figure is far from what the same guest would do on 8 real CPUs;
 the ratios come from one boot. The goals are 0.95 of the kernel's throughput and a wakeup
 p99 at most 1.2 times the kernel's."""),
-    ("What the scheduler's BPF ops cost during pipe ping-pong (scx_bandwidth; one run of 3 s at each size)", op_costs,
+    ("What the scheduler's BPF ops cost during pipe ping-pong (scx_bandwidth and the floor scheduler; one run of 3 s each at each size)", op_costs,
      """Each op of the scheduler is a BPF program; with the kernel's per-program statistics on
 (`kernel.bpf_stats_enabled`), one more ping-pong run of each overhead table (2 pairs at 2
 vCPUs, 8 pairs at 8) counted how often each ran per round trip and how long a run took,
@@ -275,7 +289,9 @@ round trip is two wakeups and two context switches. The statistics add two clock
 run, so that run is slower than the table's. Under TCG only the proportions mean something:
 the share of the guest's CPU time spent in the programs bounds what making them cheaper can
 gain against the kernel; the rest of the difference is the kernel's sched_ext core beside
-its own scheduler."""),
+its own scheduler. The last rows are the same run under the floor scheduler, whose
+select_cpu is little more than the kernel's idle-CPU search: what of scx_bandwidth's
+select_cpu is the kernel's."""),
     ("Limited groups beside the unlimited rest at 8 vCPUs (scx_bandwidth; same boot, alternating; median of 3 runs of 3 s)", limited_rest,
      """What throttling costs the tasks that are not limited: the same workloads in an unlimited
 cgroup beside 8 cgroups of one hog each limited to 10 ms per 100 ms (throttled every period:
