@@ -12,6 +12,9 @@
 #ifndef __SCX_BW_CHAIN_BPF_H
 #define __SCX_BW_CHAIN_BPF_H
 
+/* weight.bpf.h: the task's cgroup, for its weight state. */
+static void cg_bind(struct task_ctx *tctx, u64 cgid);
+
 /*
  * Resolve @p's chain of limited groups from its cgroup's ancestry. Only
  * callable where @p is an argument of the running op (scx_bpf_task_cgroup()).
@@ -25,12 +28,12 @@ static void bw_resolve_chain(struct task_struct *p, struct task_ctx *tctx)
 
 	cgrp = scx_bpf_task_cgroup(p);
 	if (!cgrp) {
-		tctx->cgid = 0;
+		cg_bind(tctx, 0);
 		tctx->nr_chain = 0;
 		tctx->gen = gen;
 		return;
 	}
-	tctx->cgid = cgrp->kn->id;
+	cg_bind(tctx, cgrp->kn->id);
 	level = cgrp->level;
 	/* The agent is never limited (but its weight counts in its cgroup). */
 	if (p->tgid == agent_tgid)

@@ -150,14 +150,19 @@ struct task_ctx {
 	u32 parked_slot;
 	u32 nr_chain;
 	u32 chain[BW_MAX_CHAIN];
-	/* Id of the task's cgroup (cpu controller), resolved with the chain. */
-	u64 cgid;
 	/*
-	 * cpu.weight (weight.bpf.h): the cgroup whose active weight counts
-	 * this task (0 = not counted: sleeping or parked) and the weight it
-	 * counted with, so that exactly that is taken out again.
+	 * The weight state slot of the task's cgroup (cpu controller) and its
+	 * generation (0: none), resolved with the chain (weight.bpf.h, cg_bind).
 	 */
-	u64 act_cgid;
+	u32 cg_idx;
+	u32 cg_gen;
+	/*
+	 * cpu.weight (weight.bpf.h): the slot whose active weight counts this
+	 * task and its generation (0 = not counted: sleeping or parked), and
+	 * the weight it counted with, so that exactly that is taken out again.
+	 */
+	u32 act_idx;
+	u32 act_gen;
 	u32 act_weight;
 	/* Queued by enqueue on credit, holding the kernel up (bw_kernel_credit). */
 	u8 kernel_credit;

@@ -22,8 +22,8 @@ void BPF_STRUCT_OPS(bw_cgroup_move, struct task_struct *p, struct cgroup *from,
 		return;
 	tctx->gen = BW_GEN_STALE;
 	/* A runnable task takes its weight along. */
-	tctx->cgid = to->kn->id;
-	if (tctx->act_cgid) {
+	cg_bind(tctx, to->kn->id);
+	if (tctx->act_gen) {
 		cg_deactivate(tctx);
 		cg_activate(p, tctx);
 	}

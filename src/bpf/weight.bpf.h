@@ -78,13 +78,30 @@ static __always_inline u32 cgroup_weight(u32 cpu_weight)
 	return ((cpu_weight ?: 100) * BW_WEIGHT_NICE_0 + 50) / 100;
 }
 
+/*
+ * A cgroup's weight state lives in a slot of an array, found by index: the
+ * hot paths (a wakeup, a sleep, a stop, each walking up to the root) pay an
+ * array lookup per level instead of hashing the cgroup id (with the
+ * hash, cpu.weight was a third of the BPF time of pipe ping-pong). A task
+ * holds its cgroup's slot index and the slot's generation; the generation,
+ * unique to each occupant, tells a slot since given to another cgroup from
+ * its own. Only the cgroup ops (create, remove, reweight, a task's move or
+ * chain resolution) map an id to its slot, through a hash.
+ */
+#define BW_CG_NONE ((u32)-1)
+
 struct cg_ctx {
 	/* Serialises weight, contrib and counted. */
 	struct bpf_spin_lock lock;
 	/* Whether the parent counts this cgroup as active (with contrib). */
 	u32 counted;
-	/* Parent cgroup's id; 0 for the root. */
-	u64 parent;
+	/* The occupant's cgroup id; 0 while the slot is free. */
+	u64 cgid;
+	/* The occupant's generation (cg_gen_next), 0 while free. */
+	u32 gen;
+	/* Parent's slot and generation; BW_CG_NONE for the root. */
+	u32 parent;
+	u32 parent_gen;
 	/* cpu.weight in load weight units (cgroup_weight). */
 	u32 weight;
 	/* The weight counted in the parent's active_sum while counted. */
@@ -95,32 +112,82 @@ struct cg_ctx {
 	s64 active_sum;
 };
 
-/* cgroup id -> weight state, for every cgroup with the cpu controller. */
+/* Slot -> weight state, for every cgroup with the cpu controller. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, BW_MAX_CGROUPS);
+	__type(key, u32);
+	__type(value, struct cg_ctx);
+} cg_ctxs SEC(".maps");
+
+/* cgroup id -> its slot in cg_ctxs. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__uint(max_entries, BW_MAX_CGROUPS);
 	__type(key, u64);
-	__type(value, struct cg_ctx);
-} cg_ctxs SEC(".maps");
+	__type(value, u32);
+} cg_slots SEC(".maps");
+
+/* Where the search for a free slot starts; the next generation to give out. */
+static u32 cg_cursor;
+static u32 cg_gen_next;
+
+/* Slot @idx if it still holds the occupant of generation @gen. */
+static __always_inline struct cg_ctx *cg_at(u32 idx, u32 gen)
+{
+	struct cg_ctx *c;
+
+	if (!gen)
+		return NULL;
+	c = bpf_map_lookup_elem(&cg_ctxs, &idx);
+	return c && READ_ONCE(c->gen) == gen ? c : NULL;
+}
+
+/* The slot of cgroup @cgid (slot index and generation); false if it has none. */
+static bool cg_find(u64 cgid, u32 *idx, u32 *gen)
+{
+	u32 *i = cgid ? bpf_map_lookup_elem(&cg_slots, &cgid) : NULL;
+	struct cg_ctx *c;
+
+	if (!i)
+		return false;
+	*idx = *i;
+	c = bpf_map_lookup_elem(&cg_ctxs, idx);
+	if (!c || READ_ONCE(c->cgid) != cgid)
+		return false;
+	*gen = READ_ONCE(c->gen);
+	return *gen != 0;
+}
+
+/* The task now belongs to cgroup @cgid (0: none known): its slot, for cg_activate. */
+static void cg_bind(struct task_ctx *tctx, u64 cgid)
+{
+	u32 idx = 0, gen = 0;
+
+	if (!cg_find(cgid, &idx, &gen))
+		gen = 0;
+	tctx->cg_idx = idx;
+	tctx->cg_gen = gen;
+}
 
 /*
- * Add @dnr entities of total weight @dw to cgroup @cgid, and pass the change
- * on to its ancestors as long as a cgroup becomes active or inactive (or its
- * counted weight changes, @dnr == 0).
+ * Add @dnr entities of total weight @dw to the cgroup in slot @idx (of
+ * generation @gen), and pass the change on to its ancestors as long as a
+ * cgroup becomes active or inactive (or its counted weight changes, @dnr == 0).
  */
-static void cg_apply(u64 cgid, s64 dnr, s64 dw)
+static void cg_apply(u32 idx, u32 gen, s64 dnr, s64 dw)
 {
 	s32 lvl;
 
 	bpf_for(lvl, 0, BW_MAX_LEVEL + 1) {
 		struct cg_ctx *c;
 		s64 old, pdnr = 0, pdw = 0;
-		u64 parent;
+		u32 parent, parent_gen;
 
-		if (!cgid || (!dnr && !dw))
+		if (idx == BW_CG_NONE || (!dnr && !dw))
 			break;
-		c = bpf_map_lookup_elem(&cg_ctxs, &cgid);
+		c = cg_at(idx, gen);
 		if (!c)
 			break;
 		if (dw)
@@ -145,31 +212,34 @@ static void cg_apply(u64 cgid, s64 dnr, s64 dw)
 			pdw = -(s64)c->contrib;
 		}
 		parent = c->parent;
+		parent_gen = c->parent_gen;
 		bpf_spin_unlock(&c->lock);
-		cgid = parent;
+		idx = parent;
+		gen = parent_gen;
 		dnr = pdnr;
 		dw = pdw;
 	}
 }
 
-/* @p becomes an active entity of its cgroup (tctx->cgid must be current). */
+/* @p becomes an active entity of its cgroup (tctx->cg_* must be current). */
 static __always_inline void cg_activate(struct task_struct *p, struct task_ctx *tctx)
 {
-	if (tctx->act_cgid || !tctx->cgid)
+	if (tctx->act_gen || !tctx->cg_gen)
 		return;
-	tctx->act_cgid = tctx->cgid;
+	tctx->act_idx = tctx->cg_idx;
+	tctx->act_gen = tctx->cg_gen;
 	tctx->act_weight = task_weight(p);
-	cg_apply(tctx->act_cgid, 1, tctx->act_weight);
+	cg_apply(tctx->act_idx, tctx->act_gen, 1, tctx->act_weight);
 }
 
 static __always_inline void cg_deactivate(struct task_ctx *tctx)
 {
-	u64 cgid = tctx->act_cgid;
+	u32 gen = tctx->act_gen;
 
-	if (!cgid)
+	if (!gen)
 		return;
-	tctx->act_cgid = 0;
-	cg_apply(cgid, -1, -(s64)tctx->act_weight);
+	tctx->act_gen = 0;
+	cg_apply(tctx->act_idx, gen, -1, -(s64)tctx->act_weight);
 }
 
 /* A task's weight changed (nice): count the new one. */
@@ -178,21 +248,20 @@ static __always_inline void cg_reweight_task(struct task_struct *p, struct task_
 	u32 weight = task_weight(p);
 	s64 dw = (s64)weight - tctx->act_weight;
 
-	if (!tctx->act_cgid)
+	if (!tctx->act_gen)
 		return;
 	tctx->act_weight = weight;
-	cg_apply(tctx->act_cgid, 0, dw);
+	cg_apply(tctx->act_idx, tctx->act_gen, 0, dw);
 }
 
 /* cpu.weight of @cgid changed: if it is active, its parent counts the new one. */
 static void cg_reweight(u64 cgid, u32 cpu_weight)
 {
-	struct cg_ctx *c = bpf_map_lookup_elem(&cg_ctxs, &cgid);
-	u32 weight = cgroup_weight(cpu_weight);
+	u32 weight = cgroup_weight(cpu_weight), idx, gen, parent, parent_gen;
+	struct cg_ctx *c;
 	s64 dw = 0;
-	u64 parent;
 
-	if (!c)
+	if (!cg_find(cgid, &idx, &gen) || !(c = cg_at(idx, gen)))
 		return;
 	bpf_spin_lock(&c->lock);
 	c->weight = weight;
@@ -201,89 +270,127 @@ static void cg_reweight(u64 cgid, u32 cpu_weight)
 		c->contrib = weight;
 	}
 	parent = c->parent;
+	parent_gen = c->parent_gen;
 	bpf_spin_unlock(&c->lock);
-	cg_apply(parent, 0, dw);
+	cg_apply(parent, parent_gen, 0, dw);
 }
 
-/* A new cgroup (or one existing at attach, parents first). */
+/*
+ * A new cgroup (or one existing at attach, parents first): claims a free slot,
+ * searching from where the last search ended. A slot freed by cg_destroy is
+ * thus taken again only after every other slot was tried, and a new occupant
+ * has a new generation anyway.
+ */
 static void cg_create(struct cgroup *cgrp, u32 cpu_weight)
 {
-	struct cg_ctx c = {
-		.weight = cgroup_weight(cpu_weight),
-		.contrib = cgroup_weight(cpu_weight),
-	};
+	u32 weight = cgroup_weight(cpu_weight), parent = BW_CG_NONE, parent_gen = 0, gen, i;
 	u64 cgid = cgrp->kn->id;
 
 	if (cgrp->level > 0) {
-		struct cgroup *parent = bpf_cgroup_ancestor(cgrp, cgrp->level - 1);
+		struct cgroup *p = bpf_cgroup_ancestor(cgrp, cgrp->level - 1);
 
-		if (parent) {
-			c.parent = parent->kn->id;
-			bpf_cgroup_release(parent);
+		if (p) {
+			if (!cg_find(p->kn->id, &parent, &parent_gen))
+				parent = BW_CG_NONE;
+			bpf_cgroup_release(p);
 		}
+	}
+	gen = __sync_fetch_and_add(&cg_gen_next, 1) + 1;
+	if (!gen)	/* 0 means free: skip it on wrap-around */
+		gen = __sync_fetch_and_add(&cg_gen_next, 1) + 1;
+	bpf_for(i, 0, BW_MAX_CGROUPS) {
+		u32 idx = __sync_fetch_and_add(&cg_cursor, 1) & (BW_MAX_CGROUPS - 1);
+		struct cg_ctx *c = bpf_map_lookup_elem(&cg_ctxs, &idx);
+
+		if (!c)
+			break;
+		if (__sync_val_compare_and_swap(&c->cgid, 0, cgid) != 0)
+			continue;
+		bpf_spin_lock(&c->lock);
+		c->counted = 0;
+		c->parent = parent;
+		c->parent_gen = parent_gen;
+		c->weight = weight;
+		c->contrib = weight;
+		bpf_spin_unlock(&c->lock);
+		WRITE_ONCE(c->nr_active, 0);
+		WRITE_ONCE(c->active_sum, 0);
+		WRITE_ONCE(c->gen, gen);
+		if (!bpf_map_update_elem(&cg_slots, &cgid, &idx, BPF_NOEXIST))
+			return;
+		WRITE_ONCE(c->gen, 0);
+		WRITE_ONCE(c->cgid, 0);
+		break;
 	}
 	/*
 	 * Out of room: the cgroup's tasks count in no cgroup and run with the
 	 * weight of their nice level alone. Counted, never fatal (failing here
 	 * would fail the mkdir, or the attach).
 	 */
-	if (bpf_map_update_elem(&cg_ctxs, &cgid, &c, BPF_NOEXIST))
-		stat_inc(BW_STAT_UNWEIGHTED);
+	stat_inc(BW_STAT_UNWEIGHTED);
 }
 
 /*
  * A cgroup going away. It has no live task left, but an exiting one may still
  * be counted in it (a task leaves its cgroup in do_exit, before its last trip
  * through the scheduler): take what it counts for out of the parent now, as
- * that task's own deactivation will find no cgroup to pass it on from.
+ * that task's own deactivation will find the slot's generation changed and
+ * pass nothing on.
  */
 static void cg_destroy(struct cgroup *cgrp)
 {
-	u64 cgid = cgrp->kn->id, parent;
-	struct cg_ctx *c = bpf_map_lookup_elem(&cg_ctxs, &cgid);
+	u64 cgid = cgrp->kn->id;
+	u32 idx, gen, parent, parent_gen;
+	struct cg_ctx *c;
 	s64 dw = 0, dnr = 0;
 
-	if (!c)
+	if (!cg_find(cgid, &idx, &gen) || !(c = cg_at(idx, gen)))
 		return;
+	bpf_map_delete_elem(&cg_slots, &cgid);
 	bpf_spin_lock(&c->lock);
 	if (c->counted) {
 		dnr = -1;
 		dw = -(s64)c->contrib;
 	}
 	c->counted = 0;
-	WRITE_ONCE(c->nr_active, 0);
 	parent = c->parent;
+	parent_gen = c->parent_gen;
 	bpf_spin_unlock(&c->lock);
-	cg_apply(parent, dnr, dw);
-	bpf_map_delete_elem(&cg_ctxs, &cgid);
+	WRITE_ONCE(c->gen, 0);
+	WRITE_ONCE(c->nr_active, 0);
+	WRITE_ONCE(c->cgid, 0);
+	cg_apply(parent, parent_gen, dnr, dw);
 }
 
 /*
  * The task's share of the machine in BW_SHARE_ONE units: its fraction of its
  * cgroup's active weight times the cgroup's fraction of its parent's, up to
- * the root. Counters in flight between CPUs may briefly be off; a fraction
- * never exceeds one.
+ * the root; 0 when its cgroup has no weight state. Counters in flight between
+ * CPUs may briefly be off; a fraction never exceeds one.
  */
 static u64 cg_share(struct task_ctx *tctx)
 {
-	u64 share = BW_SHARE_ONE, cgid = tctx->act_cgid;
+	u64 share = BW_SHARE_ONE;
+	u32 idx = tctx->act_idx, gen = tctx->act_gen;
 	s64 w = tctx->act_weight;
 	s32 lvl;
 
-	if (!cgid)
-		return 0;
 	bpf_for(lvl, 0, BW_MAX_LEVEL + 1) {
-		struct cg_ctx *c = bpf_map_lookup_elem(&cg_ctxs, &cgid);
+		struct cg_ctx *c = cg_at(idx, gen);
 		s64 sum;
 
-		if (!c)
+		if (!c) {
+			if (!lvl)
+				return 0;
 			break;
+		}
 		sum = READ_ONCE(c->active_sum);
 		if (sum > w && w > 0)
 			share = share * w / sum;
 		w = READ_ONCE(c->contrib);
-		cgid = c->parent;
-		if (!cgid)
+		idx = READ_ONCE(c->parent);
+		gen = READ_ONCE(c->parent_gen);
+		if (idx == BW_CG_NONE)
 			break;
 	}
 	return share ?: 1;
