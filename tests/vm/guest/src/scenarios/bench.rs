@@ -91,14 +91,17 @@ pub(super) struct Compared {
     pub fields: &'static [(&'static str, bool)],
 }
 
-/// Each workload for 3 s in the unlimited cgroup t/o; 3 rounds, each under scx_bandwidth,
-/// then under the kernel's own scheduler (scx_bandwidth detached), then under the floor
-/// scheduler (tests/bench/floor: the least a sched_ext scheduler does, so what sched_ext
-/// itself costs beside the kernel's). Printed per field: the median of each, scx ÷ kernel,
-/// floor ÷ kernel and scx ÷ floor (`LABEL.scx_per_s`, `.kernel_per_s`, `.floor_per_s`,
-/// `.ratio`, `.floor_ratio`, `.scx_per_floor` for counts; `LABEL.KEY.scx`, `.kernel`,
-/// `.floor`, `.ratio`, `.floor_ratio`, `.scx_per_floor` for the others); then what the
-/// scheduler's ops cost during one more run of the first workload (`op_costs`).
+/// Each workload for 3 s in the unlimited cgroup t/o; 3 rounds, each under scx_bandwidth
+/// and then under the kernel's own scheduler (scx_bandwidth detached); then what
+/// scx_bandwidth's ops cost during one more run of the first workload (`op_costs`); then 3
+/// rounds and the op costs under the floor scheduler (tests/bench/floor: the least a
+/// sched_ext scheduler does, so what sched_ext itself costs beside the kernel's), attached
+/// once: every attach and detach is a chance of qemu's int3 crash, and with the floor
+/// alternating in every round `wide_bench` crashed 6 boots in a row in one CI run. Printed
+/// per field: the median of each, scx ÷ kernel, floor ÷ kernel and scx ÷ floor
+/// (`LABEL.scx_per_s`, `.kernel_per_s`, `.floor_per_s`, `.ratio`, `.floor_ratio`,
+/// `.scx_per_floor` for counts; `LABEL.KEY.scx`, `.kernel`, `.floor`, `.ratio`,
+/// `.floor_ratio`, `.scx_per_floor` for the others).
 pub(super) fn compare(ctx: &mut Ctx, works: &[Compared]) -> Result<(), String> {
     const SECS: u64 = 3;
     const SCX: usize = 0;
@@ -107,23 +110,31 @@ pub(super) fn compare(ctx: &mut Ctx, works: &[Compared]) -> Result<(), String> {
     // [work][field][scx, kernel, floor] -> one figure per round
     let mut got: Vec<Vec<[Vec<f64>; 3]>> =
         works.iter().map(|w| vec![[Vec::new(), Vec::new(), Vec::new()]; w.fields.len()]).collect();
-    for round in 0..3 {
-        for arm in [SCX, KERNEL, FLOOR] {
-            match arm {
-                SCX if round > 0 => ctx.start_sched(&[])?,
-                SCX => {} // the runner started it
-                KERNEL => ctx.stop_sched()?,
-                _ => ctx.start_floor()?,
-            }
-            for (i, c) in works.iter().enumerate() {
-                for (f, v) in run_compared(ctx, c, SECS)?.into_iter().enumerate() {
-                    got[i][f][arm].push(v);
-                }
+    let mut run_all = |ctx: &mut Ctx, arm: usize| -> Result<(), String> {
+        for (i, c) in works.iter().enumerate() {
+            for (f, v) in run_compared(ctx, c, SECS)?.into_iter().enumerate() {
+                got[i][f][arm].push(v);
             }
         }
+        Ok(())
+    };
+    for round in 0..3 {
+        if round > 0 {
+            ctx.start_sched(&[])?; // the runner started it for the first
+        }
+        run_all(ctx, SCX)?;
         ctx.stop_sched()?;
+        run_all(ctx, KERNEL)?;
     }
-    op_costs(ctx, &works[0], SECS)?;
+    ctx.start_sched(&[])?;
+    op_costs(ctx, &works[0], SECS, false)?;
+    ctx.stop_sched()?;
+    ctx.start_floor()?;
+    for _ in 0..3 {
+        run_all(ctx, FLOOR)?;
+    }
+    op_costs(ctx, &works[0], SECS, true)?;
+    ctx.stop_sched()?;
     let med = |v: &mut Vec<f64>| {
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]
@@ -157,52 +168,43 @@ const OPS: [&str; 10] = [
 /// The floor scheduler's ops (tests/bench/floor).
 const FLOOR_OPS: [&str; 2] = ["fl_select_cpu", "fl_enqueue"];
 
-/// What a scheduler's BPF programs cost during one more run of `c` (the first workload of
-/// `compare`, ping-pong), with the kernel's per-program statistics on
-/// (kernel.bpf_stats_enabled; off in the rounds above, as it adds two clock reads per call):
-/// per op, ns per call and calls per unit of work (`bpf.OP.ns_per_call`,
+/// What the attached scheduler's BPF programs cost during one more run of `c` (the first
+/// workload of `compare`, ping-pong), with the kernel's per-program statistics on
+/// (kernel.bpf_stats_enabled; off in the rounds of `compare`, as it adds two clock reads per
+/// call): per op, ns per call and calls per unit of work (`bpf.OP.ns_per_call`,
 /// `bpf.OP.calls_per_unit`), and for all programs together ns per unit and the share of the
-/// guest's CPU time (`bpf.ns_per_unit`, `bpf.cpu_share`). Under scx_bandwidth, then under
-/// the floor scheduler (the same figures, prefixed `floor.`): what the kernel's part of an
-/// op costs (the idle-CPU search, queue inserts) shows in the floor's. Leaves the scheduler
-/// detached, as `compare` ends.
-fn op_costs(ctx: &mut Ctx, c: &Compared, secs: u64) -> Result<(), String> {
-    for floor in [false, true] {
-        let (prefix, ops, key) = match floor {
-            false => ("bw_", &OPS[..], "bpf"),
-            true => ("fl_", &FLOOR_OPS[..], "floor.bpf"),
-        };
-        if floor {
-            ctx.start_floor()?;
-        } else {
-            ctx.start_sched(&[])?;
+/// guest's CPU time (`bpf.ns_per_unit`, `bpf.cpu_share`); under the floor scheduler
+/// (`floor`) the same figures, prefixed `floor.`: what the kernel's part of an op costs (the
+/// idle-CPU search, queue inserts) shows in the floor's.
+fn op_costs(ctx: &mut Ctx, c: &Compared, secs: u64, floor: bool) -> Result<(), String> {
+    let (prefix, ops, key) = match floor {
+        false => ("bw_", &OPS[..], "bpf"),
+        true => ("fl_", &FLOOR_OPS[..], "floor.bpf"),
+    };
+    crate::bpfstat::enable(true)?;
+    let before = crate::bpfstat::snapshot();
+    let t0 = Instant::now();
+    let got = run_compared(ctx, c, secs);
+    let wall = t0.elapsed().as_secs_f64();
+    let after = crate::bpfstat::snapshot();
+    crate::bpfstat::enable(false)?;
+    let units = got?[0] * secs as f64;
+    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as f64;
+    let mut all = 0.0;
+    for (name, &(ns, cnt)) in after.iter().filter(|(n, _)| n.starts_with(prefix)) {
+        let (ns0, cnt0) = before.get(name).copied().unwrap_or((0, 0));
+        let (dns, dcnt) = (ns.saturating_sub(ns0) as f64, cnt.saturating_sub(cnt0) as f64);
+        all += dns;
+        if ops.contains(&name.as_str()) {
+            ctx.figure(format!("{key}.{name}.ns_per_call"), format!("{:.0}", dns / dcnt.max(1.0)));
+            ctx.figure(format!("{key}.{name}.calls_per_unit"), format!("{:.3}", dcnt / units.max(1.0)));
         }
-        crate::bpfstat::enable(true)?;
-        let before = crate::bpfstat::snapshot();
-        let t0 = Instant::now();
-        let got = run_compared(ctx, c, secs);
-        let wall = t0.elapsed().as_secs_f64();
-        let after = crate::bpfstat::snapshot();
-        crate::bpfstat::enable(false)?;
-        ctx.stop_sched()?;
-        let units = got?[0] * secs as f64;
-        let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as f64;
-        let mut all = 0.0;
-        for (name, &(ns, cnt)) in after.iter().filter(|(n, _)| n.starts_with(prefix)) {
-            let (ns0, cnt0) = before.get(name).copied().unwrap_or((0, 0));
-            let (dns, dcnt) = (ns.saturating_sub(ns0) as f64, cnt.saturating_sub(cnt0) as f64);
-            all += dns;
-            if ops.contains(&name.as_str()) {
-                ctx.figure(format!("{key}.{name}.ns_per_call"), format!("{:.0}", dns / dcnt.max(1.0)));
-                ctx.figure(format!("{key}.{name}.calls_per_unit"), format!("{:.3}", dcnt / units.max(1.0)));
-            }
-        }
-        if all == 0.0 {
-            return Err(format!("kernel.bpf_stats_enabled on, but no {prefix}* program counted any run time"));
-        }
-        ctx.figure(format!("{key}.ns_per_unit"), format!("{:.0}", all / units.max(1.0)));
-        ctx.figure(format!("{key}.cpu_share"), format!("{:.3}", all / (wall * cpus * 1e9)));
     }
+    if all == 0.0 {
+        return Err(format!("kernel.bpf_stats_enabled on, but no {prefix}* program counted any run time"));
+    }
+    ctx.figure(format!("{key}.ns_per_unit"), format!("{:.0}", all / units.max(1.0)));
+    ctx.figure(format!("{key}.cpu_share"), format!("{:.3}", all / (wall * cpus * 1e9)));
     Ok(())
 }
 
