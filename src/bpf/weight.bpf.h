@@ -144,29 +144,32 @@ static __always_inline struct cg_ctx *cg_at(u32 idx, u32 gen)
 	return c && READ_ONCE(c->gen) == gen ? c : NULL;
 }
 
-/* The slot of cgroup @cgid (slot index and generation); false if it has none. */
-static bool cg_find(u64 cgid, u32 *idx, u32 *gen)
+/*
+ * The weight state of cgroup @cgid, with its slot index and generation in
+ * @idx and @gen; NULL (and @gen 0) if it has none.
+ */
+static struct cg_ctx *cg_find(u64 cgid, u32 *idx, u32 *gen)
 {
 	u32 *i = cgid ? bpf_map_lookup_elem(&cg_slots, &cgid) : NULL;
 	struct cg_ctx *c;
 
+	*gen = 0;
 	if (!i)
-		return false;
+		return NULL;
 	*idx = *i;
 	c = bpf_map_lookup_elem(&cg_ctxs, idx);
 	if (!c || READ_ONCE(c->cgid) != cgid)
-		return false;
+		return NULL;
 	*gen = READ_ONCE(c->gen);
-	return *gen != 0;
+	return *gen ? c : NULL;
 }
 
 /* The task now belongs to cgroup @cgid (0: none known): its slot, for cg_activate. */
 static void cg_bind(struct task_ctx *tctx, u64 cgid)
 {
-	u32 idx = 0, gen = 0;
+	u32 idx = 0, gen;
 
-	if (!cg_find(cgid, &idx, &gen))
-		gen = 0;
+	cg_find(cgid, &idx, &gen);
 	tctx->cg_idx = idx;
 	tctx->cg_gen = gen;
 }
@@ -261,7 +264,7 @@ static void cg_reweight(u64 cgid, u32 cpu_weight)
 	struct cg_ctx *c;
 	s64 dw = 0;
 
-	if (!cg_find(cgid, &idx, &gen) || !(c = cg_at(idx, gen)))
+	if (!(c = cg_find(cgid, &idx, &gen)))
 		return;
 	bpf_spin_lock(&c->lock);
 	c->weight = weight;
@@ -344,7 +347,7 @@ static void cg_destroy(struct cgroup *cgrp)
 	struct cg_ctx *c;
 	s64 dw = 0, dnr = 0;
 
-	if (!cg_find(cgid, &idx, &gen) || !(c = cg_at(idx, gen)))
+	if (!(c = cg_find(cgid, &idx, &gen)))
 		return;
 	bpf_map_delete_elem(&cg_slots, &cgid);
 	bpf_spin_lock(&c->lock);
