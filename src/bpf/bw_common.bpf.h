@@ -149,7 +149,13 @@ struct task_ctx {
 	u64 parked_at;
 	u32 parked_slot;
 	u32 nr_chain;
-	u32 chain[BW_MAX_CHAIN];
+	/* Slots of the limited groups, innermost first (slots < BW_MAX_GROUPS). */
+	u16 chain[BW_MAX_CHAIN];
+	/*
+	 * Vtime charged but not yet added: the part of a charge the lead cap
+	 * clipped (main.bpf.c, charge), added with the next charge.
+	 */
+	u32 vtime_owed;
 	/*
 	 * The weight state slot of the task's cgroup (cpu controller) and its
 	 * generation (0: none), resolved with the chain (weight.bpf.h, cg_bind).
@@ -183,12 +189,14 @@ struct task_ctx {
 	 */
 	u8 kernel_pass;
 	/*
-	 * 120 bytes, which with the kernel's 72-byte storage header fills a
-	 * 192-byte allocation; at 128 one CI run failed to allocate one
-	 * (task_ctx_create). Whether the larger size class mattered is not
-	 * known; the flags fit in the old size.
+	 * 96 bytes. Keep it at most 120, which with the kernel's 72-byte
+	 * storage header fills a 192-byte allocation; at 128 one CI run
+	 * failed to allocate one (task_ctx_create). Whether the larger size
+	 * class mattered is not known.
 	 */
 };
+_Static_assert(sizeof(struct task_ctx) <= 120, "task_ctx outgrew its allocation");
+_Static_assert(BW_MAX_GROUPS <= 65536, "chain slots are u16");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);

@@ -52,7 +52,9 @@ static u64 vtime_now;
  * task may have (the sched_ext watchdog ejects the scheduler after 30 s). The
  * others pass a capped task after using at most this much vtime, about
  * this much CPU time in all (their shares add up to at most one): the longest
- * wait is bounded, and shares down to slice / lead (0.5 %) are exact.
+ * wait is bounded, and shares down to slice / lead (0.5 %) are exact. What a
+ * cap clips is owed and added to the next charge (charge), so a long charge
+ * (a vCPU stall under emulation) does not give a small share more.
  */
 #define VTIME_MAX_LEAD_NS (1000ULL * 1000 * 1000)
 /* Target of the atomic that orders idle transitions against enqueues. */
@@ -86,11 +88,23 @@ static bool charge(struct task_struct *p, struct task_ctx *tctx)
 	 * charged as if it were alone on the machine with its nice weight.
 	 */
 	share = cg_share(tctx) ?: BW_SHARE_ONE / BW_WEIGHT_NICE_0 * task_weight(p);
-	vtime = p->scx.dsq_vtime + delta * BW_SHARE_ONE / share;
+	vtime = p->scx.dsq_vtime + delta * BW_SHARE_ONE / share + tctx->vtime_owed;
+	tctx->vtime_owed = 0;
 	if (vtime_before(vtime_now + VTIME_MAX_LEAD_NS, vtime)) {
-		vtime = vtime_now + VTIME_MAX_LEAD_NS;
-		if (vtime_before(vtime, p->scx.dsq_vtime))
-			vtime = p->scx.dsq_vtime;
+		u64 cap = vtime_now + VTIME_MAX_LEAD_NS;
+
+		if (vtime_before(cap, p->scx.dsq_vtime))
+			cap = p->scx.dsq_vtime;
+		/*
+		 * Owe what the cap clipped, up to one more lead: a long charge
+		 * (a slice plus a stall of the vCPU, at nice 19 25 ms x 69 =
+		 * 1.7 s) is then paid with the next charges and the share
+		 * stays exact. The wait stays bounded: no charge puts vtime
+		 * more than the lead ahead.
+		 */
+		tctx->vtime_owed = vtime - cap < VTIME_MAX_LEAD_NS ?
+			vtime - cap : VTIME_MAX_LEAD_NS;
+		vtime = cap;
 	}
 	p->scx.dsq_vtime = vtime;
 	if (!tctx->nr_chain)
