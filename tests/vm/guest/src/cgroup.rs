@@ -29,22 +29,28 @@ pub fn move_self(rel: &str) -> Result<(), String> {
     write(rel, "cgroup.procs", &std::process::id().to_string())
 }
 
-/// `usage_usec` from the text of a `cpu.stat` file (present with or without the cpu
-/// controller enabled, counted for every scheduling class including sched_ext).
-pub fn parse_usage_usec(stat: &str) -> Option<u64> {
+/// The field `key` of the text of a `cpu.stat` file (`usage_usec` is there with or without
+/// the cpu controller enabled, counted for every scheduling class including sched_ext).
+pub fn parse_stat(stat: &str, key: &str) -> Option<u64> {
     stat.lines().find_map(|l| {
         let mut f = l.split_whitespace();
         match (f.next(), f.next(), f.next()) {
-            (Some("usage_usec"), Some(v), None) => v.parse().ok(),
+            (Some(k), Some(v), None) if k == key => v.parse().ok(),
             _ => None,
         }
     })
 }
 
 pub fn read_usage_usec(rel: &str) -> Result<u64, String> {
+    read_stat(rel, "usage_usec")
+}
+
+/// The field `key` of `rel`'s cpu.stat (`nr_bursts` and the like exist only with the cpu
+/// controller enabled for it).
+pub fn read_stat(rel: &str, key: &str) -> Result<u64, String> {
     let p = path(rel).join("cpu.stat");
     let s = fs::read_to_string(&p).map_err(|e| format!("read {}: {e}", p.display()))?;
-    parse_usage_usec(&s).ok_or_else(|| format!("no usage_usec in {}", p.display()))
+    parse_stat(&s, key).ok_or_else(|| format!("no {key} in {}", p.display()))
 }
 
 /// "t/p/x" -> ["t", "t/p", "t/p/x"]: every cgroup that must exist for `rel` to exist.
@@ -163,10 +169,12 @@ mod tests {
         let stat = "usage_usec 1234567\nuser_usec 1000000\nsystem_usec 234567\n\
                     core_sched.force_idle_usec 0\nnr_periods 40\nnr_throttled 38\n\
                     throttled_usec 2800000\nnr_bursts 0\nburst_usec 0\n";
-        assert_eq!(parse_usage_usec(stat), Some(1234567));
-        assert_eq!(parse_usage_usec("user_usec 5\n"), None);
-        assert_eq!(parse_usage_usec("usage_usec x\n"), None);
-        assert_eq!(parse_usage_usec(""), None);
+        assert_eq!(parse_stat(stat, "usage_usec"), Some(1234567));
+        assert_eq!(parse_stat("user_usec 5\n", "usage_usec"), None);
+        assert_eq!(parse_stat("usage_usec x\n", "usage_usec"), None);
+        assert_eq!(parse_stat("", "usage_usec"), None);
+        assert_eq!(parse_stat(stat, "nr_bursts"), Some(0));
+        assert_eq!(parse_stat(stat, "nr_throttled"), Some(38));
     }
 
     #[test]

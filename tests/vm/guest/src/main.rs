@@ -31,7 +31,8 @@ usage: scxbw-guest hog --threads N --seconds S [--cgroup REL] [--pin CPU]
        scxbw-guest ticker --threads 1 --hz N --seconds S [--cgroup REL] [--pin CPU]
        scxbw-guest stats-fetch    (one request to the stats socket; prints the group count)
        scxbw-guest systemd-e2e    (in tests/vm/systemd's Debian guest: package, service, restart)
-       scxbw-guest scenarios [--sched PATH] [--only NAME,NAME] [--list] [--cfs] [--bench | --wide]
+       scxbw-guest scenarios [--sched PATH] [--only NAME,NAME] [--list] [--cfs] [--kernel-ref]
+                 [--bench | --wide]
        scxbw-guest hostwatch --pidfile FILE   (on the host: qemu's console on stdin; adds
                  the host's steal and load during each scenario to its verdict line)
        scxbw-guest hostload --pct P --seconds S   (on the host, as root: a SCHED_FIFO
@@ -42,6 +43,9 @@ usage: scxbw-guest hog --threads N --seconds S [--cgroup REL] [--pin CPU]
                  PATH --config FILE --stats 1
   --cfs          no scheduler: apply the limits through cpu.max (kernel CFS bandwidth
                  control), for comparison; scenarios that need the scheduler are skipped
+  --kernel-ref   scenarios with a kernel reference (scenarios/mod.rs, KERNEL_REF) first run
+                 under the kernel's CFS in the same boot, and check against its figures
+                 too (tests/vm/run passes it to retries on a busy host)
   --bench        the benchmark set (tests/bench/run) instead of the acceptance scenarios
   --wide         the set for a machine of several LLCs and NUMA nodes (tests/vm/README.md);
                  with --bench, that machine's benchmark (wide_bench)";
@@ -53,7 +57,7 @@ enum Fail {
 }
 
 fn scenarios(argv: &[String]) -> Result<bool, Fail> {
-    let p = args::parse(argv, &["sched", "only"], &["list", "cfs", "bench", "wide"]).map_err(Fail::Usage)?;
+    let p = args::parse(argv, &["sched", "only"], &["list", "cfs", "kernel-ref", "bench", "wide"]).map_err(Fail::Usage)?;
     let all = if p.switch("bench") && p.switch("wide") {
         scenarios::wide_bench()
     } else if p.switch("bench") {
@@ -90,6 +94,7 @@ fn scenarios(argv: &[String]) -> Result<bool, Fail> {
     let opts = runner::Opts {
         sched: PathBuf::from(p.str("sched").unwrap_or("/bin/scx_bandwidth")),
         cfs: p.switch("cfs"),
+        kernel_ref: p.switch("kernel-ref"),
     };
     if !opts.cfs && !opts.sched.is_file() {
         return Err(Fail::Usage(format!(

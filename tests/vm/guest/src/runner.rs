@@ -26,6 +26,9 @@ pub struct Opts {
     pub sched: PathBuf,
     /// Apply limits through cpu.max and the kernel's CFS bandwidth control, no scheduler.
     pub cfs: bool,
+    /// Run the scenarios that have a kernel reference (`scenarios::KERNEL_REF`) under the
+    /// kernel's CFS first, in the same boot, and give their checks its figures.
+    pub kernel_ref: bool,
 }
 
 struct Running {
@@ -47,6 +50,8 @@ pub struct Ctx<'a> {
     works: Vec<Running>,
     figures: Vec<(String, String)>,
     failures: Vec<String>,
+    /// The figures of the same scenario under the kernel's CFS in this boot (--kernel-ref).
+    kernel: Option<Vec<(String, String)>>,
 }
 
 /// Command line of the `duty` workload (without --seconds, --cgroup, --pin).
@@ -67,6 +72,14 @@ impl<'a> Ctx<'a> {
         if !self.figures.iter().any(|(k, _)| *k == key) {
             self.figures.push((key, value.to_string()));
         }
+    }
+
+    /// The figure `key` of the same scenario run under the kernel's CFS just before, in the
+    /// same boot and under the same host load; None without --kernel-ref (or if that run
+    /// did not record it). A check may then hold ours against the kernel's figure as well
+    /// as against its own bound: a busy host moves both sides.
+    pub fn kernel_f64(&self, key: &str) -> Option<f64> {
+        self.kernel.as_ref()?.iter().find(|(k, _)| k == key)?.1.parse().ok()
     }
 
     /// A failed check: the scenario goes on (to report all figures) but will FAIL.
@@ -367,6 +380,7 @@ impl<'a> Ctx<'a> {
             works: vec![],
             figures: vec![],
             failures: vec![],
+            kernel: None,
         }
     }
 
@@ -487,19 +501,19 @@ fn run_one(sc: &Scenario, opts: &Opts) -> Option<bool> {
     let threads0 = sched::all_threads();
     let t0 = Instant::now();
     let mut ctx = Ctx::new(sc.name, opts);
-    match catch_unwind(AssertUnwindSafe(|| execute(&mut ctx, sc))) {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => ctx.fail(e),
-        Err(p) => {
-            let msg = p
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_default();
-            ctx.fail(format!("panic: {msg}"));
+    if opts.kernel_ref && !opts.cfs && crate::scenarios::KERNEL_REF.contains(&sc.name) {
+        // The kernel first, then ours, one after the other under whatever load the host
+        // has now. The kernel's own verdict is reported, not counted.
+        let kopts = Opts { sched: opts.sched.clone(), cfs: true, kernel_ref: false };
+        let mut kctx = Ctx::new(sc.name, &kopts);
+        run_body(&mut kctx, sc);
+        ctx.figure("kernel.verdict", if kctx.failures.is_empty() { "PASS" } else { "FAIL" });
+        for (k, v) in &kctx.figures {
+            ctx.figure(format!("kernel.{k}"), v);
         }
+        ctx.kernel = Some(kctx.figures);
     }
-    ctx.cleanup(sc);
+    run_body(&mut ctx, sc);
     ctx.figure("run_s", format!("{:.1}", t0.elapsed().as_secs_f64()));
     let ok = ctx.failures.is_empty();
     if !ok {
@@ -515,6 +529,23 @@ fn run_one(sc: &Scenario, opts: &Opts) -> Option<bool> {
     }
     println!("{line}");
     Some(ok)
+}
+
+/// Runs the scenario's body and cleans up after it; errors and panics become failures.
+fn run_body(ctx: &mut Ctx, sc: &Scenario) {
+    match catch_unwind(AssertUnwindSafe(|| execute(ctx, sc))) {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => ctx.fail(e),
+        Err(p) => {
+            let msg = p
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            ctx.fail(format!("panic: {msg}"));
+        }
+    }
+    ctx.cleanup(sc);
 }
 
 /// For a failed scenario: the threads of the machine that used the most CPU since `before`
@@ -649,6 +680,7 @@ mod tests {
         let opts = Opts {
             sched: PathBuf::from("/nonexistent"),
             cfs: true,
+            kernel_ref: false,
         };
         assert_eq!(run_one(&custom("ok", false, |_| Ok(())), &opts), Some(true));
         assert_eq!(
