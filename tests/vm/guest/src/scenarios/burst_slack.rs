@@ -69,6 +69,10 @@ fn small_quota(ctx: &mut Ctx) -> Result<(), String> {
 /// after attach, 62.0-65.0 ms in 18 runs and 62.0-64.4 ms in 10 the next session
 /// (62.1-71.7 ms in 8 runs without the tick's kick).
 const BURST_P99_MS: f64 = 66.0;
+/// On a busy host, ours may be this multiple of the kernel's p99 measured in the same boot
+/// (`scenarios::KERNEL_REF`): a sustained host load put the kernel's at 79.6-80.8 ms, ours
+/// at 77.2-81.0, the slow burns being 60 ms plus one 20 ms stall for both.
+const KERNEL_P99_FACTOR: f64 = 1.05;
 /// How long the group idles before the bursty workload starts (see bursty()).
 const BURSTY_SETTLE: Duration = Duration::from_secs(2);
 /// Long enough for 100+ burns per thread: the nearest-rank p99 of fewer than 100 burns is
@@ -133,8 +137,13 @@ fn bursty(ctx: &mut Ctx, burst: bool) -> Result<(), String> {
     if d.burns < 180 {
         ctx.fail(format!("only {} burns in {BURSTY_S} s", d.burns));
     }
-    if burst && d.p99_ms > BURST_P99_MS {
-        ctx.fail(format!("p99 burn {:.1} ms with a burst, above {BURST_P99_MS} ms", d.p99_ms));
+    // With --kernel-ref (a retry on a busy host) the kernel's p99 in this boot moves the
+    // bound: at most KERNEL_P99_FACTOR of it, the goal of the burst sweep (tests/bench).
+    let kernel_p99 = ctx.kernel_f64("p99_ms");
+    let bound = kernel_p99.map_or(BURST_P99_MS, |k| BURST_P99_MS.max(k * KERNEL_P99_FACTOR));
+    if burst && d.p99_ms > bound {
+        let kernel = kernel_p99.map_or(String::new(), |k| format!(" (the kernel's in this boot {k:.1} ms)"));
+        ctx.fail(format!("p99 burn {:.1} ms with a burst, above {bound:.1} ms{kernel}", d.p99_ms));
     }
     // Strict: the first burns of the two threads start together on an idle group, whose
     // period the agent restarts at that first pull: 120 ms wanted of a 100 ms quota, the
@@ -347,10 +356,16 @@ fn under_quota(ctx: &mut Ctx) -> Result<(), String> {
     // The workload's start and exit (process set-up, thread creation) are not part of
     // its steady use: the span covers 5 s in between.
     sleep(crate::runner::WARMUP);
+    // Under the kernel's CFS (--cfs, or the kernel reference): its own count of periods
+    // that drew runtime beyond the quota, over the same span.
+    let kernel0 = (!ctx.has_sched()).then(|| crate::cgroup::read_stat("t/a", "nr_bursts")).transpose()?;
     let span = StatsSpan::start(ctx, "t/a")?;
     sleep(Duration::from_secs(5));
     let running = ctx.exited_works(idx).is_empty();
     let figures = span.map(|s| s.finish(ctx)).transpose()?;
+    if let Some(b0) = kernel0 {
+        ctx.figure("cg.nr_bursts", crate::cgroup::read_stat("t/a", "nr_bursts")?.saturating_sub(b0));
+    }
     if !running {
         return Err("duty workload ended before the measurement did".into());
     }
@@ -359,8 +374,13 @@ fn under_quota(ctx: &mut Ctx) -> Result<(), String> {
         return Err(format!("duty workload {}", crate::sched::describe(st)));
     }
     let Some(s) = figures else { return Ok(()) };
-    if s.used_nr_bursts != 0.0 {
-        ctx.fail(format!("{} used-based bursts for a group under its quota", s.used_nr_bursts));
+    // With --kernel-ref (a retry on a busy host), as many as the kernel counted in this
+    // boot: a vCPU stall charged to a burning task makes a period's use exceed the quota
+    // under either enforcer.
+    let kernel = ctx.kernel_f64("cg.nr_bursts");
+    if s.used_nr_bursts > kernel.unwrap_or(0.0) {
+        let k = kernel.map_or(String::new(), |k| format!(" (the kernel's nr_bursts in this boot: {k})"));
+        ctx.fail(format!("{} used-based bursts for a group under its quota{k}", s.used_nr_bursts));
     }
     if s.nr_throttled != 0.0 {
         ctx.fail(format!("{} throttled periods for a group under its quota", s.nr_throttled));

@@ -279,12 +279,23 @@ fn stress(ctx: &mut Ctx) -> Result<(), String> {
     let mut worst = 1.0f64;
     for (l, u) in limits.iter().zip(&used) {
         let r = u / l.cpus();
-        ctx.figure(format!("{}.ratio", crate::runner::short(l.cgroup)), format!("{r:.3}"));
+        let key = format!("{}.ratio", crate::runner::short(l.cgroup));
+        ctx.figure(&key, format!("{r:.3}"));
         if (r - 1.0).abs() > (worst - 1.0).abs() {
             worst = r;
         }
-        if (r - 1.0).abs() > 0.05 {
-            ctx.fail(format!("{}: {u:.3} CPUs over {}s, limit {:.3}: more than 5 % off", l.cgroup, (RUN - SKIP).as_secs() - 2, l.cpus()));
+        // With --kernel-ref (a retry on a busy host), a group may fall short as far as
+        // the kernel's did in this boot, less STRESS_KERNEL_SLACK; never over.
+        let kernel = ctx.kernel_f64(&key);
+        let low = kernel.map_or(0.95, |k| (k - STRESS_KERNEL_SLACK).min(0.95));
+        if r > 1.05 || r < low {
+            let k = kernel.map_or(String::new(), |k| format!(" (the kernel in this boot: {k:.3} of it)"));
+            ctx.fail(format!(
+                "{}: {u:.3} CPUs over {}s, limit {:.3}: {r:.3} of it, outside {low:.3}-1.05{k}",
+                l.cgroup,
+                (RUN - SKIP).as_secs() - 2,
+                l.cpus()
+            ));
         }
     }
     ctx.figure("worst_ratio", format!("{worst:.3}"));
@@ -300,6 +311,13 @@ fn stress(ctx: &mut Ctx) -> Result<(), String> {
     }
     end_fork_storm(ctx, storm, 100, Duration::from_secs(15))
 }
+
+/// How much further below its limit than the kernel's a group may fall in `stress` on a
+/// busy host (--kernel-ref): about twice the spread of one group's ratio between runs of
+/// ours under the same sustained host load (20 % of each host CPU: p1ms 0.957 and 0.949,
+/// n1 0.982 and 0.968). The kernel's own figures moved more between runs (n1/n2 0.884 and
+/// 0.970, p1ms 0.698 and 0.660), so the bound is its figure in the same boot.
+const STRESS_KERNEL_SLACK: f64 = 0.03;
 
 /// The guest's (total, busy) CPU ticks from /proc/stat.
 fn guest_cpu_ticks() -> Option<(u64, u64)> {
