@@ -14,11 +14,24 @@ use std::time::{Duration, Instant};
 /// lie on a grid of one period: each resume's phase on that grid, minus the earliest
 /// phase seen, is how much later than the fastest resume it came. Printed: p50/p99/max of
 /// that delay in µs over ~110 periods (the fastest resume's own delay is not included).
+///
+/// Where the time goes, from the context switches (tracefs) of the same run: per resume,
+/// the switch that ran the task again, and with the scheduler, the agent's last switch-in
+/// before it (the wakeup that refilled). Printed: the agent's wakeups on the same grid
+/// (`agent_p50_us`, `_p99_us`: its timer's jitter), agent switch-in to task switch-in
+/// (`agent_to_run_p50_us`, `_p99_us`: the refill, bw_unthrottle and the dispatch), task
+/// switch-in to the workload seeing it (`run_to_seen_p50_us`), and the share of resumes
+/// on the agent's CPU (`same_cpu_pct`).
 pub(super) fn throttle_cost(ctx: &mut Ctx) -> Result<(), String> {
     const PERIOD_NS: u64 = 100_000_000;
+    let trace = crate::trace::Trace::start(&[crate::trace::SWITCH])?;
     let w = ctx.spawn(&Workload { cgroup: "t/a", work: Work::Gaps, pin: None }, 12)?;
     ctx.check_on_scx(w);
+    // Its busy thread starts once the process has joined its cgroup.
+    sleep(Duration::from_secs(1));
+    let tids: Vec<u32> = ctx.workload_pid(w).map(crate::sched::threads).unwrap_or_default();
     let st = ctx.wait_workload(w, Duration::from_secs(40))?;
+    let switches = crate::trace::switches(&trace.stop()?);
     if !st.success() {
         return Err(format!("gaps workload: {}", crate::sched::describe(st)));
     }
@@ -30,16 +43,73 @@ pub(super) fn throttle_cost(ctx: &mut Ctx) -> Result<(), String> {
         .collect();
     // Skip the first second (the group's first periods).
     let from = ends.first().copied().unwrap_or(0) + 1_000_000_000;
-    let d = resume_delays(&ends.iter().copied().filter(|&e| e >= from).collect::<Vec<_>>(), PERIOD_NS);
+    let ends: Vec<u64> = ends.into_iter().filter(|&e| e >= from).collect();
+    let d = resume_delays(&ends, PERIOD_NS);
     ctx.figure("resumes", d.len());
     if d.len() < 50 {
         return Err(format!("only {} throttled periods seen in 11 s (100 ms periods)", d.len()));
     }
-    let pct = |q: f64| d[((d.len() - 1) as f64 * q).round() as usize] as f64 / 1e3;
-    ctx.figure("delay_p50_us", format!("{:.0}", pct(0.5)));
-    ctx.figure("delay_p99_us", format!("{:.0}", pct(0.99)));
-    ctx.figure("delay_max_us", format!("{:.0}", pct(1.0)));
+    let pct = |d: &[u64], q: f64| d[((d.len() - 1) as f64 * q).round() as usize] as f64 / 1e3;
+    ctx.figure("delay_p50_us", format!("{:.0}", pct(&d, 0.5)));
+    ctx.figure("delay_p99_us", format!("{:.0}", pct(&d, 0.99)));
+    ctx.figure("delay_max_us", format!("{:.0}", pct(&d, 1.0)));
+    let agent = ctx.sched_pid();
+    let phases = resume_phases(&switches, &ends, &tids, agent);
+    if phases.len() < ends.len() / 2 {
+        return Err(format!("the trace shows {} of {} resumes", phases.len(), ends.len()));
+    }
+    let sorted = |mut v: Vec<u64>| {
+        v.sort_unstable();
+        v
+    };
+    let seen = sorted(phases.iter().map(|p| p.seen_ns - p.run_ns).collect());
+    ctx.figure("run_to_seen_p50_us", format!("{:.0}", pct(&seen, 0.5)));
+    let with_agent: Vec<&ResumePhase> = phases.iter().filter(|p| p.agent.is_some()).collect();
+    if agent.is_some() && !with_agent.is_empty() {
+        let at: Vec<(u64, usize)> = with_agent.iter().filter_map(|p| p.agent).collect();
+        let jitter = resume_delays(&at.iter().map(|a| a.0).collect::<Vec<_>>(), PERIOD_NS);
+        let to_run = sorted(with_agent.iter().map(|p| p.run_ns - p.agent.map_or(p.run_ns, |a| a.0)).collect());
+        ctx.figure("agent_p50_us", format!("{:.0}", pct(&jitter, 0.5)));
+        ctx.figure("agent_p99_us", format!("{:.0}", pct(&jitter, 0.99)));
+        ctx.figure("agent_to_run_p50_us", format!("{:.0}", pct(&to_run, 0.5)));
+        ctx.figure("agent_to_run_p99_us", format!("{:.0}", pct(&to_run, 0.99)));
+        let same = with_agent.iter().filter(|p| p.agent.is_some_and(|a| a.1 == p.run_cpu)).count();
+        ctx.figure("same_cpu_pct", format!("{:.0}", 100.0 * same as f64 / with_agent.len() as f64));
+    }
     Ok(())
+}
+
+/// One resume of a throttled task, from the trace: when the workload saw it (`seen_ns`), the
+/// switch that ran the task before that (`run_ns` on `run_cpu`), and the agent's last
+/// switch-in before that one (when and on which CPU), if within a period.
+struct ResumePhase {
+    seen_ns: u64,
+    run_ns: u64,
+    run_cpu: usize,
+    agent: Option<(u64, usize)>,
+}
+
+/// [`ResumePhase`] of each of `ends` (ns, the workload's clock and the trace's), for the
+/// task's threads `tids` and the agent's thread `agent` (its main thread runs the timers).
+fn resume_phases(sw: &[crate::trace::Switch], ends: &[u64], tids: &[u32], agent: Option<u32>) -> Vec<ResumePhase> {
+    let mut out = Vec::new();
+    for &seen in ends {
+        let Some(run) = sw.iter().filter(|s| s.ns <= seen && tids.contains(&s.pid)).max_by_key(|s| s.ns) else {
+            continue;
+        };
+        // The task must have been off its CPU for most of the gap, or this switch is not the resume.
+        if seen - run.ns > 20_000_000 {
+            continue;
+        }
+        let a = agent.and_then(|pid| {
+            sw.iter()
+                .filter(|s| s.pid == pid && s.ns <= run.ns && run.ns - s.ns < 100_000_000)
+                .max_by_key(|s| s.ns)
+                .map(|s| (s.ns, s.cpu))
+        });
+        out.push(ResumePhase { seen_ns: seen, run_ns: run.ns, run_cpu: run.cpu, agent: a });
+    }
+    out
 }
 
 /// Sorted delays of `ends` (ns) behind the earliest phase on a grid of `period` ns. The
