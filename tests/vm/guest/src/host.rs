@@ -18,6 +18,8 @@
 //!   host_other_pct  busy time of everything but qemu, same unit (the noise figure when the
 //!                   guest has more vCPUs than the host has CPUs: tests/vm/run)
 //!   host_qemu_pct   qemu's CPU time, same unit
+//!   host_niced_pct  the part of host_other_pct run at a positive nice (/proc/stat's `nice`):
+//!                   a niced build yields to qemu, a load at nice 0 or realtime does not
 //!   host_stall_pct  (only while `hostload --stall-ms` runs) the share of wall time qemu was
 //!                   stopped: every vCPU lost it, so it is also a share of the capacity
 //!
@@ -45,6 +47,8 @@ pub struct Sample {
     pub busy: u64,
     /// Ticks the hypervisor gave to other guests.
     pub steal: u64,
+    /// Of `busy`, ticks of processes at a positive nice.
+    pub nice: u64,
     /// qemu's user + system ticks (all its threads).
     pub qemu: u64,
     /// Time qemu's threads waited on a run queue, ns (threads alive at the sample).
@@ -61,6 +65,7 @@ pub struct Noise {
     pub steal_pct: f64,
     pub other_pct: f64,
     pub qemu_pct: f64,
+    pub niced_pct: f64,
     pub wait_pct: f64,
     pub stall_pct: Option<f64>,
 }
@@ -77,6 +82,7 @@ impl Noise {
             // by a tick or two, never make "other" negative.
             other_pct: pct(busy.saturating_sub(qemu)),
             qemu_pct: pct(qemu),
+            niced_pct: pct(b.nice.saturating_sub(a.nice)),
             // Ticks to ns: the capacity in ns is total ticks × (1e9 / USER_HZ).
             wait_pct: b.qemu_wait_ns.saturating_sub(a.qemu_wait_ns) as f64 * 100.0
                 / (total * 1e9 / crate::sched::clock_ticks() as f64),
@@ -92,8 +98,8 @@ impl Noise {
     /// The figures as they go on the verdict line.
     pub fn fields(&self) -> String {
         let mut f = format!(
-            "host_steal_pct={:.1} host_wait_pct={:.1} host_other_pct={:.1} host_qemu_pct={:.1}",
-            self.steal_pct, self.wait_pct, self.other_pct, self.qemu_pct
+            "host_steal_pct={:.1} host_wait_pct={:.1} host_other_pct={:.1} host_qemu_pct={:.1} host_niced_pct={:.1}",
+            self.steal_pct, self.wait_pct, self.other_pct, self.qemu_pct, self.niced_pct
         );
         if let Some(s) = self.stall_pct {
             f += &format!(" host_stall_pct={s:.1}");
@@ -111,6 +117,11 @@ pub fn parse_proc_stat(text: &str) -> Option<(u64, u64, u64)> {
     }
     let busy = v[0] + v[1] + v[2] + v[5] + v[6];
     Some((v.iter().sum(), busy, v[7]))
+}
+
+/// The `nice` value of /proc/stat's `cpu` line: ticks of processes at a positive nice.
+pub fn parse_proc_stat_nice(text: &str) -> Option<u64> {
+    text.lines().find(|l| l.starts_with("cpu "))?.split_whitespace().nth(2)?.parse().ok()
 }
 
 /// qemu's (CPU ticks, run-queue wait ns of its vCPU threads); zeros before it started.
@@ -132,10 +143,12 @@ fn stall_file(pidfile: &Path) -> PathBuf {
 }
 
 fn sample(pidfile: &Path) -> Option<Sample> {
-    let (total, busy, steal) = parse_proc_stat(&std::fs::read_to_string("/proc/stat").ok()?)?;
+    let text = std::fs::read_to_string("/proc/stat").ok()?;
+    let (total, busy, steal) = parse_proc_stat(&text)?;
+    let nice = parse_proc_stat_nice(&text)?;
     let stalled_ns = std::fs::read_to_string(stall_file(pidfile)).ok().and_then(|s| s.trim().parse().ok());
     let (qemu, qemu_wait_ns) = qemu_figures(pidfile);
-    Some(Sample { total, busy, steal, qemu, qemu_wait_ns, mono_ns: crate::workload::mono_ns(), stalled_ns })
+    Some(Sample { total, busy, steal, nice, qemu, qemu_wait_ns, mono_ns: crate::workload::mono_ns(), stalled_ns })
 }
 
 /// What a console line means to the watcher.
@@ -289,6 +302,7 @@ mod tests {
         let t = "cpu  100 5 20 800 10 3 2 60 0 0\ncpu0 50 2 10 400 5 1 1 30 0 0\n";
         assert_eq!(parse_proc_stat(t), Some((1000, 130, 60)));
         assert_eq!(parse_proc_stat("cpu0 1 2 3\n"), None);
+        assert_eq!(parse_proc_stat_nice(t), Some(5));
     }
 
     #[test]
@@ -296,10 +310,10 @@ mod tests {
         // 2000 ticks of capacity = 20 s at USER_HZ 100; qemu's threads waited 3 s of them.
         let hz = crate::sched::clock_ticks();
         let ns = |ticks: u64| ticks * 1_000_000_000 / hz;
-        let a = Sample { total: 1000, busy: 300, steal: 10, qemu: 200, qemu_wait_ns: ns(100), mono_ns: 0, stalled_ns: None };
-        let b = Sample { total: 3000, busy: 1500, steal: 410, qemu: 1100, qemu_wait_ns: ns(400), mono_ns: 10_000, stalled_ns: None };
+        let a = Sample { total: 1000, busy: 300, steal: 10, nice: 0, qemu: 200, qemu_wait_ns: ns(100), mono_ns: 0, stalled_ns: None };
+        let b = Sample { total: 3000, busy: 1500, steal: 410, nice: 100, qemu: 1100, qemu_wait_ns: ns(400), mono_ns: 10_000, stalled_ns: None };
         let n = Noise::between(&a, &b).unwrap();
-        assert_eq!((n.steal_pct, n.other_pct, n.qemu_pct, n.stall_pct), (20.0, 15.0, 45.0, None));
+        assert_eq!((n.steal_pct, n.other_pct, n.qemu_pct, n.niced_pct, n.stall_pct), (20.0, 15.0, 45.0, 5.0, None));
         assert!((n.wait_pct - 15.0).abs() < 1e-9, "{}", n.wait_pct);
         assert_eq!(Noise::between(&b, &b), None);
         let stalled = |s: &Sample, ns| Sample { stalled_ns: Some(ns), ..*s };
@@ -316,16 +330,16 @@ mod tests {
         let mut out = Vec::new();
         annotate(log.as_bytes(), &mut out, || {
             t += 1000;
-            Some(Sample { total: t, busy: t / 2, steal: t / 10, qemu: t / 4, qemu_wait_ns: 0, mono_ns: t, stalled_ns: None })
+            Some(Sample { total: t, busy: t / 2, steal: t / 10, nice: 0, qemu: t / 4, qemu_wait_ns: 0, mono_ns: t, stalled_ns: None })
         })
         .unwrap();
         let out = String::from_utf8(out).unwrap();
         let lines: Vec<&str> = out.lines().collect();
         assert_eq!(lines[0], "boot");
-        assert_eq!(lines[2], "SCENARIO a PASS ratio=1.0 host_steal_pct=10.0 host_wait_pct=0.0 host_other_pct=25.0 host_qemu_pct=25.0");
+        assert_eq!(lines[2], "SCENARIO a PASS ratio=1.0 host_steal_pct=10.0 host_wait_pct=0.0 host_other_pct=25.0 host_qemu_pct=25.0 host_niced_pct=0.0");
         assert_eq!(lines[3], "SCENARIO b SKIP reason=x");
         assert!(lines[6].starts_with("SCENARIO c FAIL ratio=2 host_steal_pct=10.0"), "{}", lines[6]);
-        assert!(lines[6].ends_with("host_qemu_pct=25.0 reason=a b"), "{}", lines[6]);
+        assert!(lines[6].ends_with("host_niced_pct=0.0 reason=a b"), "{}", lines[6]);
         assert_eq!(classify("SCENARIO_BEGIN x"), Line::Begin("x"));
         assert_eq!(classify("SCENARIO x RUNNING"), Line::Other);
     }
