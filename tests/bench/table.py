@@ -145,10 +145,21 @@ def burst_sweep(cfs, scx, wide):
 
 
 def throttling(cfs, scx, wide):
-    lines = ["| | resumes | p50 | p99 | max |", "| --- | --- | --- | --- | --- |"]
-    for label, figs in [("kernel CFS", cfs.get("throttle_cost", {})), ("scx_bandwidth", scx.get("throttle_cost", {}))]:
-        lines.append(f"| {label} | {figs.get('resumes', '–')} | {figs.get('delay_p50_us', '–')} | {figs.get('delay_p99_us', '–')} "
-                     f"| {figs.get('delay_max_us', '–')} |")
+    """Each enforcer's resume delays, then where a resume's time goes (throttle_cost's trace
+    figures): the agent's cells of the kernel's row say so, it has none."""
+    lines = ["| | resumes | p50 | p99 | max | task on CPU → running seen, p50 | agent's wakeup behind its "
+             "fastest, p50 / p99 | agent's wakeup → task on CPU, p50 / p99 | resumes on the agent's CPU |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for label, figs, has_agent in [("kernel CFS", cfs.get("throttle_cost", {}), False),
+                                   ("scx_bandwidth", scx.get("throttle_cost", {}), True)]:
+        pair = lambda a, b: f"{figs.get(a, '–')} / {figs.get(b, '–')}"
+        if has_agent:
+            agent = [pair("agent_p50_us", "agent_p99_us"), pair("agent_to_run_p50_us", "agent_to_run_p99_us"),
+                     f"{figs.get('same_cpu_pct', '–')} %"]
+        else:
+            agent = ["no agent"] * 3
+        cells = [figs.get(k, "–") for k in ("resumes", "delay_p50_us", "delay_p99_us", "delay_max_us", "run_to_seen_p50_us")]
+        lines.append(f"| {label} | " + " | ".join(cells + agent) + " |")
     return lines
 
 
@@ -264,7 +275,11 @@ refill (the refills lie on a grid of one period: each resume's phase on it, less
 The kernel refills from an hrtimer and unthrottles in the same interrupt; scx_bandwidth waits
 for its agent (`SCHED_FIFO`) to wake, refill and run the unthrottle program, and then for a
 CPU to dispatch, so its resumes come later, and its tail is the agent's timer lateness under
-TCG."""),
+TCG. The last columns come from the context switches of the same run (tracefs): how long the
+task had been on its CPU when the workload saw it run; the agent's wakeups (the refills) on
+the same grid, behind the fastest of them; from the agent's last wakeup before a resume to
+the task's switch-in (the refill, the unthrottle program and the dispatch); and the share of
+resumes that ran on the CPU the agent had just woken on."""),
     ("Overhead without limits (same boot, alternating; median of 3 runs of 3 s, per s)", overhead,
      """Throughput in an unlimited cgroup under scx_bandwidth and, in the same boot with
 scx_bandwidth detached, under the kernel's own scheduler and under the floor scheduler
