@@ -66,10 +66,13 @@ pub fn used_burst(used: u64, quota: u64) -> Option<u64> {
 /// refills, which may be a little late or early relative to the period grid, so a
 /// "period" as measured is not exactly one period long. Comparing what was used
 /// with the quota of the time actually measured keeps agent jitter out of the
-/// used-based burst figures.
+/// used-based burst figures. Never less than one quota: the period after a late
+/// refill is measured short, but that refill put a whole quota in the pool, and
+/// using it is no burst (a refill 61 ms late left 39 ms in which a group under its
+/// quota used 40, counted a burst of 16 ms).
 pub fn quota_for(quota: u64, period: Duration, elapsed: Duration) -> u64 {
     let p = period.as_nanos().max(1);
-    (quota as u128 * elapsed.as_nanos() / p).min(u64::MAX as u128) as u64
+    (quota as u128 * elapsed.as_nanos() / p).clamp(quota as u128, u64::MAX as u128) as u64
 }
 
 /// Delay between slack coming back to a throttled pool and its distribution
@@ -561,6 +564,9 @@ mod tests {
         let q = quota_for(60 * MS, p, Duration::from_millis(106));
         assert_eq!(q, 63_600_000);
         assert_eq!(used_burst(63 * MS, q), None);
+        // The period after a refill 61 ms late, measured 39 ms long: still one quota.
+        assert_eq!(quota_for(60 * MS, p, Duration::from_millis(39)), 60 * MS);
+        assert_eq!(used_burst(40 * MS, quota_for(60 * MS, p, Duration::from_millis(39))), None);
         // Three periods missed and refilled once: three quotas.
         assert_eq!(quota_for(60 * MS, p, 3 * p), 180 * MS);
         assert_eq!(quota_for(u64::MAX, p, 3 * p), u64::MAX);
