@@ -105,6 +105,7 @@ impl<'a> Scheduler<'a> {
             unresolved: Vec::new(),
             handle_lookup_failed: false,
             cost: Default::default(),
+            stalls: Default::default(),
             nr_llcs: 1,
             known_llc: Vec::new(),
             nr_nodes: 1,

@@ -98,6 +98,8 @@ pub struct Scheduler<'a> {
     handle_lookup_failed: bool,
     /// What the run loop spent its time on (statistics).
     cost: AgentCost,
+    /// Steps of the run loop that held the thread long (logged).
+    stalls: cost::Stalls,
     /// LLC queues and NUMA nodes BPF was last told of.
     nr_llcs: usize,
     /// (cpu, llc) of every CPU a layout placed, online or not: keeps LLC ids stable.

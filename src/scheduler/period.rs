@@ -185,15 +185,17 @@ impl<'a> Scheduler<'a> {
             self.cost.wakeups += 1;
             self.run_timers(now)?;
             self.cost.timers += now.elapsed();
+            self.note_step("timers (refills and unthrottles)", now);
             // The cgroup poll (a stat() per configured group when cgroups changed) is
             // done at once. The stats report is housekeeping (see below).
             if reload.swap(false, Ordering::Relaxed) {
-                let t = cost::thread_cpu();
+                let (t, at) = (cost::thread_cpu(), Instant::now());
                 self.reload(now)?;
                 self.cost.reload_cpu += cost::thread_cpu().saturating_sub(t);
+                self.note_step("the reload", at);
             }
             if now >= next_poll {
-                let t = cost::thread_cpu();
+                let (t, at) = (cost::thread_cpu(), Instant::now());
                 self.wake_missed(now);
                 self.report_deep_chains();
                 self.poll_topology();
@@ -201,8 +203,10 @@ impl<'a> Scheduler<'a> {
                 self.retry_unresolved(now)?;
                 next_poll = now + CGROUP_POLL;
                 self.cost.poll_cpu += cost::thread_cpu().saturating_sub(t);
+                self.note_step("the cgroup poll", at);
             }
             if matches!(next_stats, Some(at) if now >= at) {
+                let at = Instant::now();
                 self.housekeeping(|s| {
                     if let (Some(at), Some(every)) = (next_stats, s.stats_every) {
                         let m = s.metrics();
@@ -212,6 +216,7 @@ impl<'a> Scheduler<'a> {
                     }
                     Ok(())
                 })?;
+                self.note_step("the statistics table", at);
             }
 
             // Every deadline is in the heap. The cgroup poll is not exact: it rides
@@ -229,14 +234,17 @@ impl<'a> Scheduler<'a> {
             // comes after the ring is read below is seen at the next ppoll, at once.
             self.publish_wake_at(0);
             if let Some(ring) = &self.events {
+                let at = Instant::now();
                 for ev in ring.take() {
                     let t = Instant::now();
                     self.on_event(ev)?;
                     self.cost.events += 1;
                     self.cost.events_time += t.elapsed();
                 }
+                self.note_step("BPF events", at);
             }
             while let Some(ask) = self.stats.as_ref().and_then(|l| l.req.try_recv().ok()) {
+                let at = Instant::now();
                 self.housekeeping(|s| {
                     let answer = s.answer(ask);
                     if let Some(link) = &s.stats {
@@ -244,6 +252,7 @@ impl<'a> Scheduler<'a> {
                     }
                     Ok(())
                 })?;
+                self.note_step("a statistics request", at);
             }
         }
 
@@ -284,6 +293,15 @@ impl<'a> Scheduler<'a> {
     /// When the next timer is due (a stale entry only makes the agent wake early once).
     fn next_due(&self, now: Instant) -> Instant {
         self.due.next().unwrap_or(now + CGROUP_WALK_MAX)
+    }
+
+    /// A step of the run loop that began at `since` is over: log it if it held the
+    /// thread long (cost::Stalls).
+    fn note_step(&mut self, step: &str, since: Instant) {
+        let now = Instant::now();
+        if let Some(msg) = self.stalls.note(step, now.saturating_duration_since(since), now) {
+            warn!("{msg}");
+        }
     }
 
     /// Run `f` at normal priority: formatting and serving statistics is not
