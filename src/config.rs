@@ -227,7 +227,7 @@ pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
             Some(c) => normalize_cgroup(c).map_err(|why| ConfigError(format!("{}: {why}", at("cgroup"))))?,
         };
         let quota_us = match g.quota_us {
-            None => return Err(ConfigError(format!("{}", at("missing field `quota_us`")))),
+            None => return Err(ConfigError(at("missing field `quota_us`"))),
             Some(q) => range(q, MIN_QUOTA_US, MAX_QUOTA_US).map_err(|w| ConfigError(format!("{} = {q}: {w}", at("quota_us"))))?,
         };
         let period_us = match g.period_us {
