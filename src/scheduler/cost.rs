@@ -34,7 +34,7 @@ pub(super) struct AgentCost {
 /// period timer can fire (they share the agent's thread), so a refill that late
 /// is a group throttled that much longer. Twice the default slice: the agent at
 /// normal priority (housekeeping) may wait that long for a CPU.
-pub(super) const STALL_WARN: Duration = Duration::from_millis(10);
+const STALL_WARN: Duration = Duration::from_millis(10);
 /// At most one such message per this long; the next one counts those left out.
 const STALL_LOG_EVERY: Duration = Duration::from_secs(10);
 
