@@ -125,7 +125,7 @@ pub struct Metrics {
     pub safety_refills: u64,
     #[stat(desc = "Periods of groups with a period under 10 ms refilled by BPF on the period grid (a late refill counts every period boundary it covers)")]
     pub short_period_refills: u64,
-    #[stat(desc = "Refills of those done by a CPU that found the pool dry after a period boundary before the timer ran (late under load)")]
+    #[stat(desc = "Refills of those done before the timer ran (late under load): by a CPU that found the pool dry after a period boundary, or by the agent when the timer had not refilled for 10 ms")]
     pub short_period_caught_up: u64,
     #[stat(desc = "Tasks of a short-period group stopped by the slice timer when their runtime ran out, before the next tick")]
     pub slice_timer_kicks: u64,

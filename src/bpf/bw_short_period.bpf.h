@@ -69,29 +69,29 @@ struct {
  * The refill of the grid points since the last refill up to the last one at
  * or before @now (the timer is due: @now >= st->next), unless someone did it
  * already: the timer, a pull that found the pool dry after the grid point
- * (bw_short_catch_up), the agent or a safety refill. refilled_at orders them:
- * whoever moves it past the grid point refills, once. Every grid point passed
- * since refilled_at is refilled (the cap bounds what that adds), so a late
- * timer costs the group nothing while its pool is overdrawn. Returns true
- * when this call refilled.
+ * (bw_short_catch_up), the agent (bw_short_refill) or a safety refill.
+ * refilled_at orders them: whoever moves it past the grid point refills,
+ * once. Every grid point passed since refilled_at is refilled (the cap bounds
+ * what that adds), so a late timer costs the group nothing while its pool is
+ * overdrawn. Returns the grid points this call refilled (0: none).
  */
-static bool bw_short_grid_refill(struct bw_group *g, u32 slot, struct short_timer *st, u64 now)
+static u64 bw_short_grid_refill(struct bw_group *g, u32 slot, struct short_timer *st, u64 now)
 {
 	u64 period = READ_ONCE(g->period), next = READ_ONCE(st->next);
 	u64 at = READ_ONCE(g->refilled_at), grid, periods;
 
 	if (!period || !at || (s64)(now - next) < 0)
-		return false;
+		return 0;
 	grid = next + (now - next) / period * period;
 	if ((s64)(at - grid) >= 0 || __sync_val_compare_and_swap(&g->refilled_at, at, now) != at)
-		return false;
+		return 0;
 	/* Grid points in (at, grid]. */
 	periods = (grid - at + period - 1) / period;
 	bw_refill_pool(g, periods);
 	stat_add(BW_STAT_SHORT_REFILL, periods);
 	if (READ_ONCE(g->throttled) || scx_bpf_dsq_nr_queued(BW_PARK_DSQ_BASE + slot))
 		bw_request_release(g);
-	return true;
+	return periods;
 }
 
 static int bw_short_tick(void *map, int *key, struct short_timer *st)
@@ -163,6 +163,39 @@ static bool bw_short_catch_up(struct bw_group *g, u32 slot)
 		return false;
 	stat_inc(BW_STAT_SHORT_CATCH_UP);
 	return true;
+}
+
+/*
+ * The agent's visit to a short-period group whose timer has not refilled
+ * since the agent's last visit, or not for a stride of periods: the timer is
+ * late (its CPU busy in softirq or, under emulation, a stalled vCPU) or not
+ * started yet. The agent must not refill such a group by its own rule (one
+ * quota per visit) and stamp refilled_at: the stamp would swallow every grid
+ * point passed since the last refill, and the late timer would then find
+ * them refilled. So BPF refills here by the grid rule, as a late timer or a
+ * pull would (the CAS on refilled_at makes it once). -ENOENT when there is no
+ * grid to go by (not a short-period group, never refilled); the agent then
+ * refills by its own rule.
+ */
+SEC("syscall")
+int bw_short_refill(struct bw_short_refill_args *args)
+{
+	u32 slot = args->slot;
+	struct bw_group *g = bw_group(slot);
+	struct short_timer *st;
+	u64 periods;
+
+	args->periods = 0;
+	if (!g || !READ_ONCE(g->cgid) || !bw_short_period(g) || !READ_ONCE(g->refilled_at))
+		return -ENOENT;
+	st = bpf_map_lookup_elem(&short_timers, &slot);
+	if (!st)
+		return -ENOENT;
+	periods = bw_short_grid_refill(g, slot, st, bpf_ktime_get_ns());
+	if (periods)
+		stat_inc(BW_STAT_SHORT_CATCH_UP);
+	args->periods = periods;
+	return 0;
 }
 
 /*

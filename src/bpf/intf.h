@@ -204,6 +204,14 @@ struct bw_unthrottle_args {
 	u64 nr_released;
 };
 
+/* Argument of the bw_short_refill syscall program. */
+struct bw_short_refill_args {
+	u32 slot;
+	u32 pad;
+	/* Out: grid points refilled (0: none was due, or another path did it). */
+	u64 periods;
+};
+
 /* Argument of the bw_reset_slot syscall program. */
 struct bw_reset_args {
 	u32 slot;
@@ -258,7 +266,7 @@ enum bw_stat_idx {
 	BW_STAT_SHORT_REFILL,	/* grid points of short-period groups refilled by BPF (a late refill counts all it covers) */
 	BW_STAT_SLICE_KICK,	/* tasks stopped by the slice timer before the tick */
 	BW_STAT_SHORT_MISSED,	/* grid points a short-period timer passed unfired (late by a period) */
-	BW_STAT_SHORT_CATCH_UP,	/* short-period refills done by a pull, the timer not yet run */
+	BW_STAT_SHORT_CATCH_UP,	/* short-period refills done by a pull or the agent, the timer not yet run */
 	BW_STAT_KERNEL_CREDIT,	/* throttled tasks let run on credit: in fork/exec/exit, RCU section, page fault */
 	BW_STAT_KERNEL_DEBT,	/* ... parked there anyway: their groups' debt at the bound */
 	BW_STAT_HELD_FIRST,	/* ... released ahead of the queue at the next refill */

@@ -269,6 +269,17 @@ impl<'a> Scheduler<'a> {
         res
     }
 
+    /// Have BPF refill a short-period group by its grid rule (bw_short_refill): the grid
+    /// points refilled (0: none was due), or None when the group has no grid to go by.
+    pub(super) fn short_refill(&mut self, slot: usize) -> Result<Option<u64>> {
+        let mut args = bpf_intf::bw_short_refill_args { slot: slot as u32, pad: 0, periods: 0 };
+        match run_syscall_ret(&self.skel.progs.bw_short_refill, &mut args).context("bw_short_refill")? {
+            0 => Ok(Some(args.periods)),
+            ret if ret == -libc::ENOENT => Ok(None),
+            ret => anyhow::bail!("bw_short_refill returned {ret}"),
+        }
+    }
+
     pub(super) fn exited(&mut self) -> bool {
         uei_exited!(&self.skel, uei)
     }
@@ -277,14 +288,19 @@ impl<'a> Scheduler<'a> {
 /// Run one of the BPF `SEC("syscall")` programs with `args` as its context
 /// (the kernel copies the context back, so outputs land in `args`).
 fn run_syscall<T>(prog: &libbpf_rs::ProgramMut, args: &mut T) -> Result<()> {
-    // SAFETY: T is a repr(C) bindgen struct; the slice covers exactly it.
-    let ctx = unsafe { std::slice::from_raw_parts_mut(args as *mut T as *mut u8, std::mem::size_of::<T>()) };
-    let out = prog.test_run(ProgramInput { context_in: Some(ctx), ..Default::default() })?;
-    let ret = out.return_value as i32;
+    let ret = run_syscall_ret(prog, args)?;
     if ret != 0 {
         anyhow::bail!("returned {ret}");
     }
     Ok(())
+}
+
+/// [`run_syscall`] that hands back the program's return value.
+fn run_syscall_ret<T>(prog: &libbpf_rs::ProgramMut, args: &mut T) -> Result<i32> {
+    // SAFETY: T is a repr(C) bindgen struct; the slice covers exactly it.
+    let ctx = unsafe { std::slice::from_raw_parts_mut(args as *mut T as *mut u8, std::mem::size_of::<T>()) };
+    let out = prog.test_run(ProgramInput { context_in: Some(ctx), ..Default::default() })?;
+    Ok(out.return_value as i32)
 }
 
 /// Sum the per-CPU global counters.

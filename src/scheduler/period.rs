@@ -104,10 +104,26 @@ impl<'a> Scheduler<'a> {
             }
         };
         let (q, b) = self.groups[slot].limits_ns(self.no_burst);
+        let period = Duration::from_micros(self.groups[slot].cfg.period_us);
+        let short = Duration::from_nanos(bpf_intf::bw_consts_BW_SHORT_PERIOD_NS as u64);
+        let stride = pools::short_period_stride(period, short);
+        let window = period.as_nanos() as u64 * u64::from(stride);
         // The safety net, or a short period's BPF timer, refilled since our last
         // refill: that was this period's refill.
-        let stamp = self.refill_stamp(slot);
-        let bpf_refilled = stamp > self.groups[slot].agent_refilled_ns;
+        let mut stamp = self.refill_stamp(slot);
+        let mut bpf_refilled = stamp > self.groups[slot].agent_refilled_ns;
+        // A short period whose BPF timer has not refilled since our last visit, or not
+        // for `stride` periods (late, or not started yet): BPF refills it now by its
+        // grid rule (bw_short_refill), every grid point passed. A refill and stamp of
+        // ours would count one period and make the timer skip the others.
+        let mut grid_ruled = false;
+        if stride > 1 && (!bpf_refilled || stats::monotonic_ns().saturating_sub(stamp) >= window) {
+            grid_ruled = self.short_refill(slot)?.is_some();
+            if grid_ruled {
+                stamp = self.refill_stamp(slot);
+                bpf_refilled = true;
+            }
+        }
         let (left, refilled) = if bpf_refilled {
             let cur = self.pool(slot).load(Ordering::Acquire);
             (cur, cur)
@@ -118,14 +134,10 @@ impl<'a> Scheduler<'a> {
         // last `stride` periods, the span the agent now sleeps): the agent only
         // books, every `stride` periods, and leaves refilled_at to BPF (a stamp of
         // ours could fall between a grid point and the timer's run and make it
-        // skip that refill). If BPF stopped refilling, the agent refills every
-        // period again.
-        let period = Duration::from_micros(self.groups[slot].cfg.period_us);
-        let short = Duration::from_nanos(bpf_intf::bw_consts_BW_SHORT_PERIOD_NS as u64);
-        let stride = pools::short_period_stride(period, short);
-        let window = period.as_nanos() as u64 * u64::from(stride);
+        // skip that refill). If BPF stopped refilling, the agent visits every
+        // period (and has BPF refill it, above).
         let bpf_timed = stride > 1 && bpf_refilled && stats::monotonic_ns().saturating_sub(stamp) < window;
-        if !bpf_timed {
+        if !bpf_timed && !grid_ruled {
             self.stamp_refill(slot);
         }
 
