@@ -12,6 +12,11 @@ const TRACEFS: &str = "/sys/kernel/tracing";
 pub const MIGRATE: &str = "events/sched/sched_migrate_task/enable";
 /// The `sched_switch` event's switch.
 pub const SWITCH: &str = "events/sched/sched_switch/enable";
+/// The `bpf()` system call's entry and exit (the agent's runs of its syscall programs).
+pub const BPF_ENTER: &str = "events/syscalls/sys_enter_bpf/enable";
+pub const BPF_EXIT: &str = "events/syscalls/sys_exit_bpf/enable";
+/// An IPI sent to one CPU (a kick of an idle CPU is a reschedule IPI).
+pub const IPI: &str = "events/ipi/ipi_send_cpu/enable";
 /// Per-CPU ring buffer: a record is 50-70 bytes, so 4 MiB per CPU holds tens of
 /// thousands; `stop` fails if any were overwritten all the same.
 const BUFFER_KB: &str = "4096";
@@ -159,6 +164,47 @@ pub fn switches(text: &str) -> Vec<Switch> {
         .collect()
 }
 
+/// Any other event: at `ns` on CPU `cpu`, in the context of task `pid`, the event's text
+/// after the timestamp (`what`, e.g. "sys_bpf(cmd: a, …)", "ipi_send_cpu: cpu=1 …").
+#[derive(Debug, Clone, PartialEq)]
+pub struct Mark {
+    pub ns: u64,
+    pub cpu: usize,
+    pub pid: u32,
+    pub what: String,
+}
+
+/// The events of a `trace` text whose text begins with `prefix`: lines "comm-pid [CPU]
+/// flags SECS.MICROS: TEXT".
+pub fn marks(text: &str, prefix: &str) -> Vec<Mark> {
+    text.lines()
+        .filter_map(|l| {
+            let (task, rest) = l.split_once(" [")?;
+            let pid = task.trim().rsplit_once('-')?.1.parse().ok()?;
+            let (cpu, rest) = rest.split_once(']')?;
+            let (head, what) = rest.split_once(": ")?;
+            if !what.starts_with(prefix) {
+                return None;
+            }
+            let ns = stamp_ns(head.split_whitespace().last()?)?;
+            Some(Mark { ns, cpu: cpu.parse().ok()?, pid, what: what.to_string() })
+        })
+        .collect()
+}
+
+/// Argument `name` of a system call's entry mark ("sys_bpf(cmd: 0xa, uattr: …)"; the
+/// kernel prints them in hex, with "0x" or without).
+pub fn syscall_arg(m: &Mark, name: &str) -> Option<u64> {
+    let args = m.what.split_once('(')?.1.trim_end_matches(')');
+    let v = args.split(", ").find_map(|a| a.strip_prefix(name)?.strip_prefix(": "))?;
+    u64::from_str_radix(v.trim_start_matches("0x"), 16).ok()
+}
+
+/// The target CPU of an `ipi_send_cpu` mark ("ipi_send_cpu: cpu=N callsite=…").
+pub fn ipi_target(m: &Mark) -> Option<usize> {
+    m.what.strip_prefix("ipi_send_cpu: cpu=")?.split_whitespace().next()?.parse().ok()
+}
+
 /// What CPU `cpu` ran from `from` to `to` (ns), by task: pid → (prio, comm, ns). Time before
 /// the CPU's first recorded switch is not known and is left out.
 pub fn cpu_time(sw: &[Switch], cpu: usize, from: u64, to: u64) -> std::collections::BTreeMap<u32, (i32, String, u64)> {
@@ -252,6 +298,24 @@ mod tests {
         assert_eq!(t.get(&0).map(|v| v.2), Some(5_000_000));
         assert_eq!(t.len(), 2);
         assert_eq!(stamp_ns("1.5"), Some(1_500_000_000));
+    }
+
+    #[test]
+    fn parses_other_events_by_their_text() {
+        let text = "# tracer: nop\n\
+            \x20  scx_bandwidth-212     [001] ..... 20.000100: sys_bpf(cmd: a, uattr: 7ffd1c0, size: 50)\n\
+            \x20  scx_bandwidth-212     [001] d.h1. 20.000150: ipi_send_cpu: cpu=0 callsite=resched_curr+0x5f/0x80 callback=0x0\n\
+            \x20  scx_bandwidth-212     [001] ..... 20.000200: sys_bpf -> 0x0\n\
+            \x20         <idle>-0       [000] d..2. 20.000300: sched_switch: prev_comm=swapper/0 prev_pid=0 prev_prio=120 prev_state=R ==> next_comm=hog next_pid=7 next_prio=120\n";
+        let calls = marks(text, "sys_bpf(");
+        assert_eq!(calls, vec![Mark { ns: 20_000_100_000, cpu: 1, pid: 212, what: "sys_bpf(cmd: a, uattr: 7ffd1c0, size: 50)".into() }]);
+        assert_eq!(marks(text, "sys_bpf ->").iter().map(|m| m.ns).collect::<Vec<_>>(), vec![20_000_200_000]);
+        assert_eq!((syscall_arg(&calls[0], "cmd"), syscall_arg(&calls[0], "size")), (Some(10), Some(0x50)));
+        let hex = Mark { what: "sys_bpf(cmd: 0x0000000a, uattr: 0x7ffd1c0, size: 0x50)".into(), ..calls[0].clone() };
+        assert_eq!((syscall_arg(&hex, "cmd"), syscall_arg(&hex, "uattr"), syscall_arg(&hex, "nope")), (Some(10), Some(0x7ffd1c0), None));
+        let ipis = marks(text, "ipi_send_cpu:");
+        assert_eq!((ipis.len(), ipis[0].pid, ipi_target(&ipis[0])), (1, 212, Some(0)));
+        assert!(marks(text, "sched_wakeup:").is_empty());
     }
 
     #[test]
