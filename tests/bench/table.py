@@ -163,6 +163,19 @@ def throttling(cfs, scx, wide):
     return lines
 
 
+def agent_steps(cfs, scx, wide):
+    """scx_bandwidth's part of a resume, step by step (throttle_cost's bpf() and IPI trace)."""
+    f = scx.get("throttle_cost", {})
+    keys = ["wake_to_call_p50_us", "call_p50_us", "ret_to_off_p50_us", "kicked_pct", "on_kicked_pct",
+            "kick_to_run_p50_us"]
+    cells = [f.get(k, "–") + (" %" if k.endswith("_pct") and k in f else "") for k in keys]
+    return ["| agent's wakeup → bw_unthrottle | bw_unthrottle's run | its end → agent off its CPU "
+            "| releases that kicked the other CPU | of those, resumes on the kicked CPU "
+            "| kick → task on the kicked CPU |",
+            "| --- | --- | --- | --- | --- | --- |",
+            "| " + " | ".join(cells) + " |"]
+
+
 def compared(o, pairs, groups, workers):
     """The rows of a bench.rs `compare` scenario's figures (`overhead`, `wide_bench`)."""
     lines = ["| workload | kernel's scheduler | floor scheduler | scx_bandwidth | scx ÷ kernel | floor ÷ kernel "
@@ -280,6 +293,13 @@ task had been on its CPU when the workload saw it run; the agent's wakeups (the 
 the same grid, behind the fastest of them; from the agent's last wakeup before a resume to
 the task's switch-in (the refill, the unthrottle program and the dispatch); and the share of
 resumes that ran on the CPU the agent had just woken on."""),
+    ("Throttling cost: the agent's part of a resume, step by step (scx_bandwidth only; p50, µs)", agent_steps,
+     """From the same run, with the agent's `bpf()` calls and the IPIs traced too: from the agent's
+wakeup to its run of the unthrottle program, the run (which moves the parked task to its
+LLC's queue and kicks an idle CPU for it), from the run's end to the agent leaving its CPU;
+how often the release kicked the other CPU, and how often that CPU, rather than the agent's
+own once the agent sleeps, ran the task. Under TCG a kicked vCPU takes about as long to
+leave idle and dispatch as the agent takes to go back to sleep."""),
     ("Overhead without limits (same boot, alternating; median of 3 runs of 3 s, per s)", overhead,
      """Throughput in an unlimited cgroup under scx_bandwidth and, in the same boot with
 scx_bandwidth detached, under the kernel's own scheduler and under the floor scheduler
