@@ -209,12 +209,18 @@ pub fn run(argv: &[String]) -> Result<(), String> {
 const LOAD_CYCLE_NS: u64 = 100_000_000;
 
 /// `scxbw-guest hostload --pct P --seconds S`: P % of every host CPU, for S seconds; or
-/// with `--stall-ms S --every-ms E --pidfile F`, stops F's process S ms of every E ms.
+/// with `--stall-ms S --every-ms E --pidfile F`, stops F's process S ms of every E ms; or
+/// with `--vcpu-stall-ms S --every-ms E --pidfile F`, holds each of F's vCPU threads S ms
+/// of every E ms, one after the other (`vcpu_stall`).
 pub fn load(argv: &[String]) -> Result<(), String> {
     use crate::workload::{fifo_self, mono_ns, pin_self, sleep_until_mono};
-    let p = crate::args::parse(argv, &["pct", "seconds", "stall-ms", "every-ms", "pidfile"], &[])?;
+    let p = crate::args::parse(argv, &["pct", "seconds", "stall-ms", "vcpu-stall-ms", "every-ms", "pidfile"], &[])?;
     if p.str("stall-ms").is_some() {
         return stall(p.req_u64("stall-ms")?, p.req_u64("every-ms")?, Path::new(p.str("pidfile").ok_or("--pidfile is required with --stall-ms")?), p.req_u64("seconds")?);
+    }
+    if p.str("vcpu-stall-ms").is_some() {
+        let pidfile = p.str("pidfile").ok_or("--pidfile is required with --vcpu-stall-ms")?;
+        return vcpu_stall(p.req_u64("vcpu-stall-ms")?, p.req_u64("every-ms")?, Path::new(pidfile), p.req_u64("seconds")?);
     }
     let pct = p.req_u64("pct")?;
     if !(1..=90).contains(&pct) {
@@ -248,6 +254,21 @@ pub fn load(argv: &[String]) -> Result<(), String> {
     Ok(())
 }
 
+/// The live process `pidfile` names, once it names one (before `end`, CLOCK_MONOTONIC ns).
+fn wait_for_pid(pidfile: &Path, end: u64) -> Result<i32, String> {
+    loop {
+        let pid: i32 = std::fs::read_to_string(pidfile).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0);
+        // SAFETY: signal 0 only checks that the process exists.
+        if pid > 0 && unsafe { libc::kill(pid, 0) } == 0 {
+            return Ok(pid);
+        }
+        if crate::workload::mono_ns() > end {
+            return Err(format!("{}: no process to stall", pidfile.display()));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 /// Stops the process named by `pidfile` for `stall_ms` of every `every_ms`, for `seconds`
 /// (waiting for the file to name a live process first). Always leaves it running.
 fn stall(stall_ms: u64, every_ms: u64, pidfile: &Path, seconds: u64) -> Result<(), String> {
@@ -256,17 +277,7 @@ fn stall(stall_ms: u64, every_ms: u64, pidfile: &Path, seconds: u64) -> Result<(
         return Err(format!("--stall-ms {stall_ms} must be in 1..--every-ms ({every_ms})"));
     }
     let end = mono_ns() + seconds * 1_000_000_000;
-    let pid = loop {
-        let pid: i32 = std::fs::read_to_string(pidfile).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0);
-        // SAFETY: signal 0 only checks that the process exists.
-        if pid > 0 && unsafe { libc::kill(pid, 0) } == 0 {
-            break pid;
-        }
-        if mono_ns() > end {
-            return Err(format!("{}: no process to stall", pidfile.display()));
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    };
+    let pid = wait_for_pid(pidfile, end)?;
     println!("HOSTLOAD pid={pid} stall_ms={stall_ms} every_ms={every_ms}");
     let (total, tmp) = (stall_file(pidfile), pidfile.with_extension("stalled.tmp"));
     let mut start = mono_ns();
@@ -290,6 +301,85 @@ fn stall(stall_ms: u64, every_ms: u64, pidfile: &Path, seconds: u64) -> Result<(
         sleep_until_mono(start);
     }
     println!("HOSTLOAD stalls={stalls}");
+    Ok(())
+}
+
+/// qemu's vCPU threads of process `pid` ("CPU N/TCG", named with -name debug-threads=on):
+/// (N, tid), by N.
+fn vcpu_threads(pid: i32) -> Vec<(usize, i32)> {
+    let mut out: Vec<(usize, i32)> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let tid = e.file_name().to_str()?.parse().ok()?;
+            let comm = std::fs::read_to_string(e.path().join("comm")).ok()?;
+            Some((comm.trim().strip_prefix("CPU ")?.strip_suffix("/TCG")?.parse().ok()?, tid))
+        })
+        .collect();
+    out.sort_unstable();
+    out
+}
+
+/// Holds each vCPU thread of the qemu named by `pidfile` off its CPU for `stall_ms` of every
+/// `every_ms`, for `seconds`: vCPU k's thread is pinned to host CPU k, where a SCHED_FIFO
+/// thread burns `stall_ms` starting k × every_ms / vCPUs into each cycle. One vCPU stalls
+/// while the others run, as a host that preempts some of qemu's threads does (`--pct` hits
+/// them at random; `--stall-ms` stops them all at once): what runs on the stalled vCPU,
+/// its timers included, waits, while the rest of the guest goes on. Needs no more vCPUs
+/// than host CPUs.
+fn vcpu_stall(stall_ms: u64, every_ms: u64, pidfile: &Path, seconds: u64) -> Result<(), String> {
+    use crate::workload::{fifo_self, mono_ns, pin_self, sleep_until_mono};
+    if stall_ms == 0 || stall_ms >= every_ms {
+        return Err(format!("--vcpu-stall-ms {stall_ms} must be in 1..--every-ms ({every_ms})"));
+    }
+    let end = mono_ns() + seconds * 1_000_000_000;
+    let pid = wait_for_pid(pidfile, end)?;
+    let vcpus = loop {
+        let v = vcpu_threads(pid);
+        if !v.is_empty() || mono_ns() > end {
+            break v;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if vcpus.is_empty() || vcpus.len() > cpus {
+        return Err(format!("{} vCPU threads (\"CPU N/TCG\") in process {pid} for {cpus} host CPUs: need 1..={cpus}", vcpus.len()));
+    }
+    for &(n, tid) in &vcpus {
+        // SAFETY: cpu_set_t is plain data; n < cpus <= CPU_SETSIZE.
+        let rc = unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(n, &mut set);
+            libc::sched_setaffinity(tid, std::mem::size_of_val(&set), &set)
+        };
+        if rc != 0 {
+            return Err(format!("pinning vCPU {n} (thread {tid}) to CPU {n}: {}", std::io::Error::last_os_error()));
+        }
+    }
+    println!("HOSTLOAD pid={pid} vcpus={} vcpu_stall_ms={stall_ms} every_ms={every_ms}", vcpus.len());
+    let (stall, every, k) = (stall_ms * 1_000_000, every_ms * 1_000_000, vcpus.len() as u64);
+    let base = mono_ns();
+    let threads: Vec<_> = (0..k)
+        .map(|n| {
+            std::thread::spawn(move || -> Result<(), String> {
+                pin_self(n)?;
+                fifo_self()?;
+                let mut start = base + n * every / k;
+                while start < end {
+                    sleep_until_mono(start);
+                    while mono_ns() < start + stall {
+                        std::hint::spin_loop();
+                    }
+                    start += every;
+                }
+                Ok(())
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().map_err(|_| "hostload thread panicked".to_string())??;
+    }
     Ok(())
 }
 

@@ -36,7 +36,9 @@ usage: scxbw-guest hog --threads N --seconds S [--cgroup REL] [--pin CPU]
        scxbw-guest hostwatch --pidfile FILE   (on the host: qemu's console on stdin; adds
                  the host's steal and load during each scenario to its verdict line)
        scxbw-guest hostload --pct P --seconds S   (on the host, as root: a SCHED_FIFO
-                 thread per CPU burns P ms of every 100 ms, a reproducible noisy host)
+                 thread per CPU burns P ms of every 100 ms, a reproducible noisy host;
+                 --stall-ms S --every-ms E --pidfile F: qemu stopped S ms of every E ms;
+                 --vcpu-stall-ms S --every-ms E --pidfile F: each vCPU thread in turn)
 
   --cgroup REL   path relative to /sys/fs/cgroup, joined before any thread starts
   --sched PATH   scheduler binary (default /bin/scx_bandwidth), run as
