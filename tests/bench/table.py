@@ -169,7 +169,8 @@ def agent_steps(cfs, scx, wide):
     keys = ["wake_to_call_p50_us", "call_p50_us", "ret_to_off_p50_us", "kicked_pct", "on_kicked_pct",
             "kick_to_run_p50_us"]
     cells = [f.get(k, "–") + (" %" if k.endswith("_pct") and k in f else "") for k in keys]
-    return ["| agent's wakeup → bw_unthrottle | bw_unthrottle's run | its end → agent off its CPU "
+    cells[0] += f" ({f.get('wake_to_user_p50_us', '–')})"
+    return ["| agent's wakeup → bw_unthrottle (→ back in user space) | bw_unthrottle's run | its end → agent off its CPU "
             "| releases that kicked the other CPU | of those, resumes on the kicked CPU "
             "| kick → task on the kicked CPU |",
             "| --- | --- | --- | --- | --- | --- |",
@@ -295,7 +296,8 @@ the task's switch-in (the refill, the unthrottle program and the dispatch); and 
 resumes that ran on the CPU the agent had just woken on."""),
     ("Throttling cost: the agent's part of a resume, step by step (scx_bandwidth only; p50, µs)", agent_steps,
      """From the same run, with the agent's `bpf()` calls and the IPIs traced too: from the agent's
-wakeup to its run of the unthrottle program, the run (which moves the parked task to its
+wakeup to its run of the unthrottle program (in brackets: to its return from `ppoll`, the
+kernel's part), the run (which moves the parked task to its
 LLC's queue and kicks an idle CPU for it), from the run's end to the agent leaving its CPU;
 how often the release kicked the other CPU, and how often that CPU, rather than the agent's
 own once the agent sleeps, ran the task. Under TCG a kicked vCPU takes about as long to

@@ -53,7 +53,7 @@ SCENARIO burst_latency PASS p50_ms=60.5 p99_ms=62.9 max_ms=64.5 burns_ms={listed
 SCENARIO burst_latency_strict PASS p50_ms=60.0 p99_ms=70.5 max_ms=107.8 usage_ms_per_100ms={listed(SCX_USAGE)} \
 limit_ms_per_100ms=100.0
 SCENARIO burst_sweep PASS b20d30t1.quota_ms=50 b20d30t1.burns=139 b20d30t1.p50_ms=20.2 b20d30t1.p99_ms=21.5 b20d30t1.throttled=0 b90d70t2.quota_ms=180 b90d70t2.burns=150 b90d70t2.p50_ms=91.0 b90d70t2.p99_ms=105.6 b90d70t2.throttled=1
-SCENARIO throttle_cost PASS resumes=108 delay_p50_us=364 delay_p99_us=2896 delay_max_us=3625 run_to_seen_p50_us=35 agent_p50_us=120 agent_p99_us=1400 agent_to_run_p50_us=690 agent_to_run_p99_us=2100 same_cpu_pct=80 traced=120runs/550rets/540ipis wake_to_call_p50_us=248 call_p50_us=309 ret_to_off_p50_us=238 kicked_pct=99 kick_to_switch_p50_us=8057 on_kicked_pct=17 kick_to_run_p50_us=294
+SCENARIO throttle_cost PASS resumes=108 delay_p50_us=364 delay_p99_us=2896 delay_max_us=3625 run_to_seen_p50_us=35 agent_p50_us=120 agent_p99_us=1400 agent_to_run_p50_us=690 agent_to_run_p99_us=2100 same_cpu_pct=80 traced=120runs/550rets/540ipis wake_to_call_p50_us=248 wake_to_user_p50_us=130 call_p50_us=309 ret_to_off_p50_us=238 kicked_pct=99 kick_to_switch_p50_us=8057 on_kicked_pct=17 kick_to_run_p50_us=294
 SCENARIO overhead PASS pingpong.scx_per_s=39302 pingpong.kernel_per_s=51155 pingpong.floor_per_s=45000 pingpong.floor_ratio=0.880 pingpong.scx_per_floor=0.873 pingpong.ratio=0.768 forks.scx_per_s=644 forks.kernel_per_s=609 forks.floor_per_s=620 forks.floor_ratio=1.018 forks.scx_per_floor=1.039 forks.ratio=1.057 messaging.scx_per_s=90000 messaging.kernel_per_s=95000 messaging.floor_per_s=93000 messaging.floor_ratio=0.979 messaging.scx_per_floor=0.968 messaging.ratio=0.947 wakelat.p50_us.scx=500 wakelat.p50_us.kernel=700 wakelat.p50_us.floor=650 wakelat.p50_us.floor_ratio=0.929 wakelat.p50_us.scx_per_floor=0.769 wakelat.p50_us.ratio=0.714 wakelat.p99_us.scx=9000 wakelat.p99_us.kernel=6000 wakelat.p99_us.floor=7000 wakelat.p99_us.floor_ratio=1.167 wakelat.p99_us.scx_per_floor=1.286 wakelat.p99_us.ratio=1.500 bpf.bw_select_cpu.ns_per_call=200 bpf.bw_select_cpu.calls_per_unit=0.200 bpf.bw_enqueue.ns_per_call=400 bpf.bw_enqueue.calls_per_unit=1.200 bpf.bw_dispatch.ns_per_call=600 bpf.bw_dispatch.calls_per_unit=2.200 bpf.bw_runnable.ns_per_call=800 bpf.bw_runnable.calls_per_unit=0.200 bpf.bw_running.ns_per_call=1000 bpf.bw_running.calls_per_unit=1.200 bpf.bw_stopping.ns_per_call=1200 bpf.bw_stopping.calls_per_unit=2.200 bpf.bw_quiescent.ns_per_call=1400 bpf.bw_quiescent.calls_per_unit=0.200 bpf.bw_tick.ns_per_call=1600 bpf.bw_tick.calls_per_unit=1.200 bpf.bw_sched_switch.ns_per_call=1800 bpf.bw_sched_switch.calls_per_unit=2.200 bpf.bw_update_idle.ns_per_call=2000 bpf.bw_update_idle.calls_per_unit=0.200 bpf.ns_per_unit=2000 bpf.cpu_share=0.200 floor.bpf.fl_select_cpu.ns_per_call=1300 floor.bpf.fl_select_cpu.calls_per_unit=2.000 floor.bpf.fl_enqueue.ns_per_call=500 floor.bpf.fl_enqueue.calls_per_unit=0.050 floor.bpf.ns_per_unit=2700 floor.bpf.cpu_share=0.050
 SCENARIO agent_cost PASS n10.agent_ms_per_s=36.2 n10.agent_runs_per_s=101 n10.ticker_ms_per_s=20.8 n100.agent_ms_per_s=36.1 n100.agent_runs_per_s=81 n100.ticker_ms_per_s=20.0 n1000.agent_ms_per_s=41.6 n1000.agent_runs_per_s=91 n1000.ticker_ms_per_s=24.7
 SCENARIO scale PASS agent_ms_per_s=100.0 active_groups=1026
@@ -196,12 +196,12 @@ class Writer(unittest.TestCase):
 
     def test_the_agents_steps(self):
         lines = table.agent_steps({}, table.results(self.run_of().scx), {})
-        self.assertEqual(lines[2], "| 248 | 309 | 238 | 99 % | 17 % | 294 |")
+        self.assertEqual(lines[2], "| 248 (130) | 309 | 238 | 99 % | 17 % | 294 |")
         # Without the trace's step figures --check fails.
         run = self.run_of(scx=SCX_LOG.replace(" call_p50_us=309", ""))
         rc, _, err = run.main("--check", run.cfs, run.scx, run.wide)
         self.assertEqual(rc, 1)
-        self.assertIn("| 248 | – | 238 |", err)
+        self.assertIn("| 248 (130) | – | 238 |", err)
 
     def test_check_fails_on_a_missing_figure(self):
         run = self.run_of(scx=SCX_LOG.replace("n100.agent_ms_per_s=36.1 ", ""))

@@ -15,6 +15,8 @@ pub const SWITCH: &str = "events/sched/sched_switch/enable";
 /// The `bpf()` system call's entry and exit (the agent's runs of its syscall programs).
 pub const BPF_ENTER: &str = "events/syscalls/sys_enter_bpf/enable";
 pub const BPF_EXIT: &str = "events/syscalls/sys_exit_bpf/enable";
+/// The return of `ppoll()`, where the agent sleeps between its wakeups.
+pub const PPOLL_EXIT: &str = "events/syscalls/sys_exit_ppoll/enable";
 /// An IPI sent to one CPU (a kick of an idle CPU is a reschedule IPI).
 pub const IPI: &str = "events/ipi/ipi_send_cpu/enable";
 /// Per-CPU ring buffer: a record is 50-70 bytes, so 4 MiB per CPU holds tens of

@@ -30,8 +30,8 @@ use std::time::{Duration, Instant};
 /// after which its own CPU takes the task from the LLC queue.
 pub(super) fn throttle_cost(ctx: &mut Ctx) -> Result<(), String> {
     const PERIOD_NS: u64 = 100_000_000;
-    use crate::trace::{BPF_ENTER, BPF_EXIT, IPI, SWITCH};
-    let trace = crate::trace::Trace::start(&[SWITCH, BPF_ENTER, BPF_EXIT, IPI])?;
+    use crate::trace::{BPF_ENTER, BPF_EXIT, IPI, PPOLL_EXIT, SWITCH};
+    let trace = crate::trace::Trace::start(&[SWITCH, BPF_ENTER, BPF_EXIT, PPOLL_EXIT, IPI])?;
     let w = ctx.spawn(&Workload { cgroup: "t/a", work: Work::Gaps, pin: None }, 12)?;
     ctx.check_on_scx(w);
     // Its busy thread starts once the process has joined its cgroup.
@@ -84,7 +84,7 @@ pub(super) fn throttle_cost(ctx: &mut Ctx) -> Result<(), String> {
         let same = with_agent.iter().filter(|p| p.agent.is_some_and(|a| a.1 == p.run_cpu)).count();
         ctx.figure("same_cpu_pct", format!("{:.0}", 100.0 * same as f64 / with_agent.len() as f64));
         let marks = Marks::of(&text);
-        ctx.figure("traced", format!("{}runs/{}rets/{}ipis", marks.runs.len(), marks.exits.len(), marks.ipis.len()));
+        ctx.figure("traced", format!("{}runs/{}rets/{}polls/{}ipis", marks.runs.len(), marks.exits.len(), marks.polls.len(), marks.ipis.len()));
         let steps: Vec<AgentSteps> =
             with_agent.iter().filter_map(|p| agent_steps(&switches, &marks, p, agent.unwrap_or(0))).collect();
         report_steps(ctx, &steps, with_agent.len())?;
@@ -97,6 +97,7 @@ pub(super) fn throttle_cost(ctx: &mut Ctx) -> Result<(), String> {
 struct Marks {
     runs: Vec<crate::trace::Mark>,
     exits: Vec<crate::trace::Mark>,
+    polls: Vec<crate::trace::Mark>,
     ipis: Vec<crate::trace::Mark>,
 }
 
@@ -105,17 +106,20 @@ impl Marks {
         Self {
             runs: crate::trace::marks(text, "sys_bpf(cmd: ").into_iter().filter(|m| crate::trace::syscall_arg(m, "cmd") == Some(10)).collect(),
             exits: crate::trace::marks(text, "sys_bpf ->"),
+            polls: crate::trace::marks(text, "sys_ppoll ->"),
             ipis: crate::trace::marks(text, "ipi_send_cpu:"),
         }
     }
 }
 
-/// One resume's path through the agent (ns): its switch-in (`wake`), the start and end of
+/// One resume's path through the agent (ns): its switch-in (`wake`), its return from ppoll
+/// (`user`: back in user space, if traced), the start and end of
 /// its program run (`call`, `ret`: bw_unthrottle), its switch-out (`off`), the kick's IPI
 /// from its CPU in between and that IPI's target CPU's next switch (`kick`: at, target,
 /// switch), and the task's switch-in (`run` on `run_cpu`).
 struct AgentSteps {
     wake: u64,
+    user: Option<u64>,
     call: u64,
     ret: u64,
     off: u64,
@@ -128,6 +132,7 @@ struct AgentSteps {
 fn agent_steps(sw: &[crate::trace::Switch], m: &Marks, p: &ResumePhase, agent: u32) -> Option<AgentSteps> {
     let (wake, cpu) = p.agent?;
     let call = m.runs.iter().find(|c| c.pid == agent && c.ns >= wake && c.ns <= p.run_ns)?.ns;
+    let user = m.polls.iter().find(|c| c.pid == agent && c.ns >= wake && c.ns <= call).map(|c| c.ns);
     let ret = m.exits.iter().find(|c| c.pid == agent && c.ns >= call)?.ns;
     let off = sw.iter().filter(|s| s.cpu == cpu && s.ns > wake).map(|s| s.ns).min()?;
     // The kick: an IPI from the agent's CPU to another (the program queues it as an
@@ -141,11 +146,11 @@ fn agent_steps(sw: &[crate::trace::Switch], m: &Marks, p: &ResumePhase, agent: u
             let next = sw.iter().filter(|s| s.cpu == to && s.ns >= at).map(|s| s.ns).min()?;
             Some((at, to, next))
         });
-    Some(AgentSteps { wake, call, ret, off, kick, run: p.run_ns, run_cpu: p.run_cpu })
+    Some(AgentSteps { wake, user, call, ret, off, kick, run: p.run_ns, run_cpu: p.run_cpu })
 }
 
 /// Where the agent's part of a resume goes (µs, p50): wakeup to the program run
-/// (`wake_to_call`), the run (`call`), the run's end to the agent's switch-out
+/// (`wake_to_call`; of that, wakeup to the return from ppoll, `wake_to_user`), the run (`call`), the run's end to the agent's switch-out
 /// (`ret_to_off`); the share of resumes whose release kicked a CPU (`kicked_pct`), how
 /// long the kicked CPU took to switch (`kick_to_switch`) and the share of resumes on it
 /// (`on_kicked_pct`).
@@ -158,6 +163,7 @@ fn report_steps(ctx: &mut Ctx, steps: &[AgentSteps], of: usize) -> Result<(), St
         v.get(v.len() / 2).map_or("-".to_string(), |x| format!("{:.0}", *x as f64 / 1e3))
     };
     ctx.figure("wake_to_call_p50_us", p50(steps.iter().map(|s| s.call - s.wake).collect()));
+    ctx.figure("wake_to_user_p50_us", p50(steps.iter().filter_map(|s| s.user.map(|u| u - s.wake)).collect()));
     ctx.figure("call_p50_us", p50(steps.iter().map(|s| s.ret - s.call).collect()));
     ctx.figure("ret_to_off_p50_us", p50(steps.iter().map(|s| s.off.saturating_sub(s.ret)).collect()));
     let kicked: Vec<(&AgentSteps, (u64, usize, u64))> = steps.iter().filter_map(|s| s.kick.map(|k| (s, k))).collect();
