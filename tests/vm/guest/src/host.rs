@@ -32,6 +32,7 @@
 //! - `--stall-ms S --every-ms E --pidfile F`: SIGSTOP and SIGCONT the process in F (qemu) so
 //!   it is stopped S ms of every E ms: every vCPU stalls at once while guest time goes on,
 //!   which is what hypervisor steal does to this machine's qemu.
+//!
 //! With them a noisy host can be reproduced, and scx_bandwidth compared with the kernel's
 //! CFS under the same stalls.
 
