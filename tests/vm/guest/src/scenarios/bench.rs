@@ -113,17 +113,16 @@ impl Marks {
 }
 
 /// One resume's path through the agent (ns): its switch-in (`wake`), its return from ppoll
-/// (`user`: back in user space, if traced), the start and end of
-/// its program run (`call`, `ret`: bw_unthrottle), its switch-out (`off`), the kick's IPI
-/// from its CPU in between and that IPI's target CPU's next switch (`kick`: at, target,
-/// switch), and the task's switch-in (`run` on `run_cpu`).
+/// (`user`: back in user space, if traced), the start and end of its program run (`call`,
+/// `ret`: bw_unthrottle), its switch-out (`off`), the kick's IPI from its CPU in between
+/// (`kick`: at, target CPU), and the task's switch-in (`run` on `run_cpu`).
 struct AgentSteps {
     wake: u64,
     user: Option<u64>,
     call: u64,
     ret: u64,
     off: u64,
-    kick: Option<(u64, usize, u64)>,
+    kick: Option<(u64, usize)>,
     run: u64,
     run_cpu: usize,
 }
@@ -141,35 +140,31 @@ fn agent_steps(sw: &[crate::trace::Switch], m: &Marks, p: &ResumePhase, agent: u
         .ipis
         .iter()
         .filter(|i| i.cpu == cpu && i.ns >= call && i.ns <= off)
-        .find_map(|i| crate::trace::ipi_target(i).filter(|&to| to != cpu).map(|to| (i.ns, to)))
-        .and_then(|(at, to)| {
-            let next = sw.iter().filter(|s| s.cpu == to && s.ns >= at).map(|s| s.ns).min()?;
-            Some((at, to, next))
-        });
+        .find_map(|i| crate::trace::ipi_target(i).filter(|&to| to != cpu).map(|to| (i.ns, to)));
     Some(AgentSteps { wake, user, call, ret, off, kick, run: p.run_ns, run_cpu: p.run_cpu })
 }
 
 /// Where the agent's part of a resume goes (µs, p50): wakeup to the program run
 /// (`wake_to_call`; of that, wakeup to the return from ppoll, `wake_to_user`), the run (`call`), the run's end to the agent's switch-out
-/// (`ret_to_off`); the share of resumes whose release kicked a CPU (`kicked_pct`), how
-/// long the kicked CPU took to switch (`kick_to_switch`) and the share of resumes on it
-/// (`on_kicked_pct`).
+/// (`ret_to_off`); the share of resumes whose release kicked a CPU (`kicked_pct`), the
+/// share of those that ran on it (`on_kicked_pct`) and kick to the task's switch-in there
+/// (`kick_to_run`). Medians are nearest-rank (`workload::percentile`).
 fn report_steps(ctx: &mut Ctx, steps: &[AgentSteps], of: usize) -> Result<(), String> {
     if steps.len() < of / 2 {
         return Err(format!("the trace shows the agent's program run for {} of {of} resumes", steps.len()));
     }
-    let p50 = |mut v: Vec<u64>| {
-        v.sort_unstable();
-        v.get(v.len() / 2).map_or("-".to_string(), |x| format!("{:.0}", *x as f64 / 1e3))
+    let p50 = |ns: Vec<u64>| {
+        let mut us: Vec<f64> = ns.into_iter().map(|x| x as f64 / 1e3).collect();
+        us.sort_unstable_by(f64::total_cmp);
+        crate::workload::percentile(&us, 50.0).map_or("-".to_string(), |x| format!("{x:.0}"))
     };
     ctx.figure("wake_to_call_p50_us", p50(steps.iter().map(|s| s.call - s.wake).collect()));
     ctx.figure("wake_to_user_p50_us", p50(steps.iter().filter_map(|s| s.user.map(|u| u - s.wake)).collect()));
     ctx.figure("call_p50_us", p50(steps.iter().map(|s| s.ret - s.call).collect()));
     ctx.figure("ret_to_off_p50_us", p50(steps.iter().map(|s| s.off.saturating_sub(s.ret)).collect()));
-    let kicked: Vec<(&AgentSteps, (u64, usize, u64))> = steps.iter().filter_map(|s| s.kick.map(|k| (s, k))).collect();
+    let kicked: Vec<(&AgentSteps, (u64, usize))> = steps.iter().filter_map(|s| s.kick.map(|k| (s, k))).collect();
     let pct = |n: usize, of: usize| format!("{:.0}", 100.0 * n as f64 / of.max(1) as f64);
     ctx.figure("kicked_pct", pct(kicked.len(), steps.len()));
-    ctx.figure("kick_to_switch_p50_us", p50(kicked.iter().map(|(_, k)| k.2 - k.0).collect()));
     ctx.figure("on_kicked_pct", pct(kicked.iter().filter(|(s, k)| s.run_cpu == k.1).count(), kicked.len()));
     ctx.figure("kick_to_run_p50_us", p50(kicked.iter().map(|(s, k)| s.run.saturating_sub(k.0)).collect()));
     Ok(())
