@@ -149,19 +149,13 @@ fn stamp_ns(s: &str) -> Option<u64> {
 /// The context switches in a `trace` text, in the order recorded per CPU: lines "comm-pid
 /// [CPU] flags SECS.MICROS: sched_switch: prev_comm=… ==> next_comm=C next_pid=P next_prio=Q".
 pub fn switches(text: &str) -> Vec<Switch> {
-    text.lines()
-        .filter_map(|l| {
-            let (head, rest) = l.split_once(" sched_switch: ")?;
-            let cpu = head
-                .split_whitespace()
-                .find_map(|t| t.strip_prefix('[').and_then(|t| t.strip_suffix(']')))?
-                .parse()
-                .ok()?;
-            let ns = stamp_ns(head.split_whitespace().last()?.strip_suffix(':')?)?;
-            let next = rest.split_once("==> ")?.1;
+    marks(text, "sched_switch: ")
+        .into_iter()
+        .filter_map(|m| {
+            let next = m.what.split_once("==> ")?.1;
             let (comm, tail) = next.strip_prefix("next_comm=")?.rsplit_once(" next_pid=")?;
             let (pid, prio) = tail.split_once(" next_prio=")?;
-            Some(Switch { ns, cpu, pid: pid.parse().ok()?, prio: prio.trim().parse().ok()?, comm: comm.to_string() })
+            Some(Switch { ns: m.ns, cpu: m.cpu, pid: pid.parse().ok()?, prio: prio.trim().parse().ok()?, comm: comm.to_string() })
         })
         .collect()
 }
