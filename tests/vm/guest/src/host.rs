@@ -214,7 +214,7 @@ const LOAD_CYCLE_NS: u64 = 100_000_000;
 /// with `--vcpu-stall-ms S --every-ms E --pidfile F`, holds each of F's vCPU threads S ms
 /// of every E ms, one after the other (`vcpu_stall`).
 pub fn load(argv: &[String]) -> Result<(), String> {
-    use crate::workload::{fifo_self, mono_ns, pin_self, sleep_until_mono};
+    use crate::workload::mono_ns;
     let p = crate::args::parse(argv, &["pct", "seconds", "stall-ms", "vcpu-stall-ms", "every-ms", "pidfile"], &[])?;
     if p.str("stall-ms").is_some() {
         return stall(p.req_u64("stall-ms")?, p.req_u64("every-ms")?, Path::new(p.str("pidfile").ok_or("--pidfile is required with --stall-ms")?), p.req_u64("seconds")?);
@@ -231,24 +231,32 @@ pub fn load(argv: &[String]) -> Result<(), String> {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
     let burn = LOAD_CYCLE_NS * pct / 100;
     let end = mono_ns() + seconds * 1_000_000_000;
-    let threads: Vec<_> = (0..cpus)
-        .map(|cpu| {
-            std::thread::spawn(move || -> Result<(), String> {
-                pin_self(cpu)?;
-                fifo_self()?;
-                let mut start = mono_ns();
-                while start < end {
-                    while mono_ns() < start + burn {
-                        std::hint::spin_loop();
-                    }
-                    start += LOAD_CYCLE_NS;
-                    sleep_until_mono(start);
-                }
-                Ok(())
-            })
-        })
-        .collect();
+    let start = mono_ns();
+    let threads: Vec<_> = (0..cpus).map(|cpu| burner(cpu, start, burn, LOAD_CYCLE_NS, end)).collect();
     println!("HOSTLOAD cpus={cpus} pct={pct} seconds={seconds}");
+    join_burners(threads)
+}
+
+/// A SCHED_FIFO thread pinned to host CPU `cpu` that spins `burn` ns from `start` on and
+/// again every `every` ns (absolute deadlines, CLOCK_MONOTONIC), until `end`.
+fn burner(cpu: u64, start: u64, burn: u64, every: u64, end: u64) -> std::thread::JoinHandle<Result<(), String>> {
+    use crate::workload::{fifo_self, mono_ns, pin_self, sleep_until_mono};
+    std::thread::spawn(move || {
+        pin_self(cpu)?;
+        fifo_self()?;
+        let mut start = start;
+        while start < end {
+            sleep_until_mono(start);
+            while mono_ns() < start + burn {
+                std::hint::spin_loop();
+            }
+            start += every;
+        }
+        Ok(())
+    })
+}
+
+fn join_burners(threads: Vec<std::thread::JoinHandle<Result<(), String>>>) -> Result<(), String> {
     for t in threads {
         t.join().map_err(|_| "hostload thread panicked".to_string())??;
     }
@@ -330,7 +338,7 @@ fn vcpu_threads(pid: i32) -> Vec<(usize, i32)> {
 /// its timers included, waits, while the rest of the guest goes on. Needs no more vCPUs
 /// than host CPUs.
 fn vcpu_stall(stall_ms: u64, every_ms: u64, pidfile: &Path, seconds: u64) -> Result<(), String> {
-    use crate::workload::{fifo_self, mono_ns, pin_self, sleep_until_mono};
+    use crate::workload::mono_ns;
     if stall_ms == 0 || stall_ms >= every_ms {
         return Err(format!("--vcpu-stall-ms {stall_ms} must be in 1..--every-ms ({every_ms})"));
     }
@@ -361,27 +369,8 @@ fn vcpu_stall(stall_ms: u64, every_ms: u64, pidfile: &Path, seconds: u64) -> Res
     println!("HOSTLOAD pid={pid} vcpus={} vcpu_stall_ms={stall_ms} every_ms={every_ms}", vcpus.len());
     let (stall, every, k) = (stall_ms * 1_000_000, every_ms * 1_000_000, vcpus.len() as u64);
     let base = mono_ns();
-    let threads: Vec<_> = (0..k)
-        .map(|n| {
-            std::thread::spawn(move || -> Result<(), String> {
-                pin_self(n)?;
-                fifo_self()?;
-                let mut start = base + n * every / k;
-                while start < end {
-                    sleep_until_mono(start);
-                    while mono_ns() < start + stall {
-                        std::hint::spin_loop();
-                    }
-                    start += every;
-                }
-                Ok(())
-            })
-        })
-        .collect();
-    for t in threads {
-        t.join().map_err(|_| "hostload thread panicked".to_string())??;
-    }
-    Ok(())
+    let threads: Vec<_> = (0..k).map(|n| burner(n, base + n * every / k, stall, every, end)).collect();
+    join_burners(threads)
 }
 
 #[cfg(test)]
