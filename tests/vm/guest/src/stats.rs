@@ -53,6 +53,18 @@ pub fn group_delta(before: &Value, after: &Value, cgroup: &str, field: &str) -> 
     delta(group(before, cgroup)?, group(after, cgroup)?, field)
 }
 
+/// Runtime `g` (a group's entry) holds, in µs: its pool plus every CPU's local runtime, the
+/// debts (negative local runtime) counted against it.
+pub fn held_us(g: &Value) -> Result<f64, String> {
+    let local: f64 = g["local_usec"]
+        .as_array()
+        .ok_or("stats field local_usec missing")?
+        .iter()
+        .filter_map(Value::as_f64)
+        .sum();
+    Ok(num(g, "pool_usec")? + local)
+}
+
 /// Where the agent's time went between two snapshots `secs` apart (its `agent_*`
 /// counters), as figures: ms per s of each kind, wakeups and unthrottle runs per s.
 pub fn agent_breakdown(before: &Value, after: &Value, secs: f64) -> Vec<(String, String)> {

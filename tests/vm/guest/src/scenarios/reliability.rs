@@ -246,6 +246,7 @@ fn stress(ctx: &mut Ctx) -> Result<(), String> {
     let stats0 = if ctx.has_sched() { crate::stats::fetch().ok() } else { None };
     let cpu0 = guest_cpu_ticks();
     let used = ctx.measure(&names, RUN - SKIP - Duration::from_secs(2));
+    let stats1 = if stats0.is_some() { crate::stats::fetch().ok() } else { None };
     // Whether the machine was saturated meanwhile: the short-period group, the largest limit,
     // gets what the others (all below their fair share) and the agent leave.
     if let (Some((t0, b0)), Some((t1, b1))) = (cpu0, guest_cpu_ticks()) {
@@ -288,6 +289,11 @@ fn stress(ctx: &mut Ctx) -> Result<(), String> {
         // the kernel's did in this boot, less STRESS_KERNEL_SLACK; never over.
         let kernel = ctx.kernel_f64(&key);
         let low = kernel.map_or(0.95, |k| (k - STRESS_KERNEL_SLACK).min(0.95));
+        if (r - 1.0).abs() > 0.03 {
+            if let (Some(s0), Some(s1)) = (&stats0, &stats1) {
+                stress_budget(ctx, l, *u, RUN - SKIP - Duration::from_secs(2), s0, s1, crate::runner::short(l.cgroup));
+            }
+        }
         if r > 1.05 || r < low {
             let k = kernel.map_or(String::new(), |k| format!(" (the kernel in this boot: {k:.3} of it)"));
             ctx.fail(format!(
@@ -310,6 +316,31 @@ fn stress(ctx: &mut Ctx) -> Result<(), String> {
         }
     }
     end_fork_storm(ctx, storm, 100, Duration::from_secs(15))
+}
+
+/// Where a group of `stress` far from its limit got its runtime from, as figures: what it
+/// held at both ends of the window (pool plus CPUs' local runtime, debts negative), its
+/// periods and safety-net refills in it, and `unexplained_ms`, the usage beyond what those
+/// periods could grant (one quota each, no burst here) and the runtime it held: above a
+/// quota or two (the snapshots straddle the usage samples by milliseconds) it ran on runtime
+/// that no refill gave it. `charged_ms`: what BPF charged it against what its cgroup used.
+fn stress_budget(ctx: &mut Ctx, l: &Limit, used_cpus: f64, window: Duration, s0: &serde_json::Value, s1: &serde_json::Value, key: String) {
+    let (Ok(g0), Ok(g1)) = (crate::stats::group(s0, l.cgroup), crate::stats::group(s1, l.cgroup)) else {
+        return;
+    };
+    let (Ok(h0), Ok(h1)) = (crate::stats::held_us(g0), crate::stats::held_us(g1)) else {
+        return;
+    };
+    let delta = |f: &str| crate::stats::num(g1, f).and_then(|b| crate::stats::num(g0, f).map(|a| b - a)).unwrap_or(f64::NAN);
+    let (periods, usage_us) = (delta("nr_periods"), delta("usage_usec"));
+    ctx.figure(format!("{key}.held_ms"), format!("{:.1}/{:.1}", h0 / 1e3, h1 / 1e3));
+    ctx.figure(format!("{key}.periods"), format!("{periods:.0}"));
+    ctx.figure(format!("{key}.safety"), format!("{:.0}", delta("nr_safety_refills")));
+    ctx.figure(format!("{key}.wait_max_ms"), format!("{:.0}", crate::stats::num(g1, "wait_max_us").unwrap_or(f64::NAN) / 1e3));
+    let granted_us = periods * l.quota_us as f64 + h0 - h1;
+    ctx.figure(format!("{key}.unexplained_ms"), format!("{:.1}", (usage_us - granted_us) / 1e3));
+    // The cgroup's usage (what `used_cpus` measures) against what BPF charged the group.
+    ctx.figure(format!("{key}.charged_ms"), format!("{:.1}/{:.1}", usage_us / 1e3, used_cpus * window.as_secs_f64() * 1e3));
 }
 
 /// How much further below its limit than the kernel's a group may fall in `stress` on a
