@@ -51,12 +51,14 @@
  * Defined in a later file than a caller: a pull restarts an idle group's
  * short-period timer and catches up a late one (bw_account.bpf.h), slack asks
  * a dispatch for a release (bw_slack.bpf.h), the safety tick starts
- * short-period timers (bw_safety.bpf.h).
+ * short-period timers and refills a short-period group by its grid
+ * (bw_safety.bpf.h).
  */
 static void bw_short_timer_resume(struct bw_group *g, u32 slot, u64 now);
 static bool bw_short_catch_up(struct bw_group *g, u32 slot);
 static void bw_request_release(struct bw_group *g);
 static void bw_short_timer_ensure(struct bw_group *g, u32 slot, u64 now);
+static bool bw_short_safety_refill(struct bw_group *g, u32 slot, u64 now);
 
 #include "bw_common.bpf.h"
 #include "bw_chain.bpf.h"

@@ -6,7 +6,8 @@
  * timer refills a group whose last refill is BW_SAFETY_PERIODS old, with the
  * agent's own rule (bw_refill_pool, which the short-period refill uses too),
  * and a dispatch releases it: at most one quota per BW_SAFETY_PERIODS
- * periods, and refilled_at tells the agent, once back, that the period was
+ * periods (a short-period group: every grid point passed, the rule of its
+ * own timer), and refilled_at tells the agent, once back, that the period was
  * refilled. bw_request_release is how every unthrottle done by BPF itself
  * hands the group to the next dispatch (here, short periods, a short-period
  * group's slack). The same tick starts short-period timers, the one place
@@ -94,9 +95,20 @@ static bool bw_safety_refill(struct bw_group *g, u32 slot, u64 now)
 	}
 	if (now < at + BW_SAFETY_PERIODS * period)
 		return false;
-	if (__sync_val_compare_and_swap(&g->refilled_at, at, now) != at)
-		return false;
-	bw_refill_pool(g, 1);
+	/*
+	 * A short-period group's refills go by its grid: one quota stamped now
+	 * would mark every grid point since the last refill served, and the
+	 * late timer would then skip them (a vCPU stalled under TCG holds it
+	 * for tens of periods).
+	 */
+	if (bw_short_period(g)) {
+		if (!bw_short_safety_refill(g, slot, now))
+			return false;
+	} else {
+		if (__sync_val_compare_and_swap(&g->refilled_at, at, now) != at)
+			return false;
+		bw_refill_pool(g, 1);
+	}
 	__sync_fetch_and_add(&g->nr_safety_refills, 1);
 	stat_inc(BW_STAT_SAFETY);
 	bw_request_release(g);

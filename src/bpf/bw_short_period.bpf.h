@@ -166,6 +166,20 @@ static bool bw_short_catch_up(struct bw_group *g, u32 slot)
 }
 
 /*
+ * The safety tick found @g's last refill BW_SAFETY_PERIODS periods old: its
+ * timer is late (its vCPU stalled, its CPU busy in softirq) or dead. Refill
+ * every grid point passed, as the late timer would have, rather than one
+ * quota stamped now: that stamp would have the timer find all the others
+ * served.
+ */
+static bool bw_short_safety_refill(struct bw_group *g, u32 slot, u64 now)
+{
+	struct short_timer *st = bpf_map_lookup_elem(&short_timers, &slot);
+
+	return st && bw_short_grid_refill(g, slot, st, now);
+}
+
+/*
  * The agent's visit to a short-period group whose timer has not refilled
  * since the agent's last visit, or not for a stride of periods: the timer is
  * late (its CPU busy in softirq or, under emulation, a stalled vCPU) or not
