@@ -639,6 +639,12 @@ fn execute(ctx: &mut Ctx, sc: &Scenario) -> Result<(), String> {
         Body::Custom(f) => f(ctx)?,
     }
     ctx.healthy()?;
+    // The workloads go before the scheduler: detaching flips the kernel's sched_ext static
+    // keys, and qemu's TCG can leave a stale int3 of that patching in code another vCPU was
+    // translating meanwhile ('Oops: int3', a reboot). With the CPUs idle little of the
+    // patched code runs. (Detaching with tasks running and parked has its own scenarios:
+    // sigint_throttled, sigkill_throttled, exit_parked.)
+    ctx.kill_works(0);
     ctx.stop_sched()
 }
 
