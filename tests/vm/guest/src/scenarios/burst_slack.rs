@@ -342,10 +342,21 @@ impl StatsSpan {
 
 /// A group that never uses more than its quota in any period (2 threads burning 20 ms
 /// every 100 ms: at most 40 ms, plus charging lag, of a 60 ms quota; the busiest period
-/// measured up to 54 ms with 22 ms burns) must
-/// show used_nr_bursts == 0. The kernel-defined nr_bursts counts runtime handed to CPUs
-/// in slices and is printed beside it.
+/// measured up to 54 ms with 22 ms burns) must show no used-based burst and no throttling.
+/// The kernel-defined nr_bursts counts runtime handed to CPUs in slices and is printed
+/// beside it.
+///
+/// On a busy host that premise fails on its own: under TCG a vCPU the host does not run
+/// charges the task on it for the stall, and what a burn cycle costs besides the burn
+/// (waking up, two schedstat reads) is not bounded by the burn. With a host thread taking
+/// each host CPU 20 ms of every 100, periods of 62-64 ms came from this workload in most
+/// runs while the agent's refills were on time (within 1.3 ms), and the kernel's CFS
+/// counted such periods too. So the cgroup's own usage (cpu.stat, the kernel's accounting)
+/// is sampled every 5 ms over the span, and each used-based burst must have a period-long
+/// window (100-110 ms between samples, which covers any period) in which the cgroup used
+/// more than the quota: on a quiet host there is none, and a burst fails at once.
 fn under_quota(ctx: &mut Ctx) -> Result<(), String> {
+    const QUOTA_US: u64 = 60_000;
     let w = Workload {
         cgroup: "t/a",
         work: Work::Duty { threads: 2, burn_ms: 20, sleep_ms: 80 },
@@ -360,12 +371,15 @@ fn under_quota(ctx: &mut Ctx) -> Result<(), String> {
     // that drew runtime beyond the quota, over the same span.
     let kernel0 = (!ctx.has_sched()).then(|| crate::cgroup::read_stat("t/a", "nr_bursts")).transpose()?;
     let span = StatsSpan::start(ctx, "t/a")?;
-    sleep(Duration::from_secs(5));
+    let samples = sample_usage("t/a", Duration::from_secs(5), Duration::from_millis(5))?;
     let running = ctx.exited_works(idx).is_empty();
     let figures = span.map(|s| s.finish(ctx)).transpose()?;
     if let Some(b0) = kernel0 {
         ctx.figure("cg.nr_bursts", crate::cgroup::read_stat("t/a", "nr_bursts")?.saturating_sub(b0));
     }
+    let (real, peak_us) = windows_over(&samples, Duration::from_millis(100), Duration::from_millis(110), QUOTA_US);
+    ctx.figure("cg.windows_over_quota", real);
+    ctx.figure("cg.peak_window_ms", format!("{:.1}", peak_us as f64 / 1e3));
     if !running {
         return Err("duty workload ended before the measurement did".into());
     }
@@ -374,18 +388,61 @@ fn under_quota(ctx: &mut Ctx) -> Result<(), String> {
         return Err(format!("duty workload {}", crate::sched::describe(st)));
     }
     let Some(s) = figures else { return Ok(()) };
-    // With --kernel-ref (a retry on a busy host), as many as the kernel counted in this
-    // boot: a vCPU stall charged to a burning task makes a period's use exceed the quota
-    // under either enforcer.
-    let kernel = ctx.kernel_f64("cg.nr_bursts");
-    if s.used_nr_bursts > kernel.unwrap_or(0.0) {
-        let k = kernel.map_or(String::new(), |k| format!(" (the kernel's nr_bursts in this boot: {k})"));
-        ctx.fail(format!("{} used-based bursts for a group under its quota{k}", s.used_nr_bursts));
+    if s.used_nr_bursts > real as f64 {
+        ctx.fail(format!(
+            "{} used-based bursts for a group under its quota; its cgroup used more than the quota in {real} period-long windows (busiest {:.1} ms)",
+            s.used_nr_bursts,
+            peak_us as f64 / 1e3
+        ));
     }
     if s.nr_throttled != 0.0 {
         ctx.fail(format!("{} throttled periods for a group under its quota", s.nr_throttled));
     }
     Ok(())
+}
+
+/// The cgroup's usage (µs) every `every` for `span`, with the CLOCK_MONOTONIC ns of each read.
+fn sample_usage(cgroup: &str, span: Duration, every: Duration) -> Result<Vec<(u64, u64)>, String> {
+    let start = crate::workload::mono_ns();
+    let end = start + span.as_nanos() as u64;
+    let mut v = Vec::with_capacity((span.as_nanos() / every.as_nanos().max(1)) as usize + 1);
+    loop {
+        let t = crate::workload::mono_ns();
+        v.push((t, crate::cgroup::read_usage_usec(cgroup)?));
+        if t >= end {
+            return Ok(v);
+        }
+        crate::workload::sleep_until_mono(t + every.as_nanos() as u64);
+    }
+}
+
+/// In `samples` (time ns, usage µs): how many disjoint windows between two samples `min` to
+/// `max` apart used more than `limit_us`, taken earliest first, and the most any window of
+/// that length used.
+fn windows_over(samples: &[(u64, u64)], min: Duration, max: Duration, limit_us: u64) -> (u64, u64) {
+    let (min, max) = (min.as_nanos() as u64, max.as_nanos() as u64);
+    // Each sample's windows: (index of the end sample, usage in between).
+    let windows = |i: usize| {
+        let (t0, u0) = samples[i];
+        samples[i + 1..]
+            .iter()
+            .enumerate()
+            .take_while(move |(_, &(t, _))| t - t0 < max)
+            .filter(move |(_, &(t, _))| t - t0 >= min)
+            .map(move |(j, &(_, u))| (i + 1 + j, u.saturating_sub(u0)))
+    };
+    let peak = (0..samples.len()).flat_map(windows).map(|(_, used)| used).max().unwrap_or(0);
+    let (mut count, mut i) = (0, 0);
+    while i < samples.len() {
+        match windows(i).find(|&(_, used)| used > limit_us) {
+            Some((j, _)) => {
+                count += 1;
+                i = j;
+            }
+            None => i += 1,
+        }
+    }
+    (count, peak)
 }
 
 /// Slack return: one 1-CPU group (400 ms per 400 ms), a hog A pinned to CPU 0 and B pinned
@@ -532,4 +589,32 @@ pub(super) fn scenarios() -> Vec<Scenario> {
             body: Body::Custom(slack),
         },
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Samples every 10 ms of a cgroup using 40 % of a CPU, and 70 % from 300 to 400 ms.
+    fn samples(burst: bool) -> Vec<(u64, u64)> {
+        let mut u = 0;
+        (0..=100u64)
+            .map(|k| {
+                let t = k * 10;
+                let s = (t * 1_000_000, u);
+                u += if burst && (300..400).contains(&t) { 7_000 } else { 4_000 };
+                s
+            })
+            .collect()
+    }
+
+    #[test]
+    fn windows_over_quota() {
+        let (min, max) = (Duration::from_millis(100), Duration::from_millis(110));
+        assert_eq!(windows_over(&samples(false), min, max, 60_000), (0, 40_000));
+        // The first window over 60 ms starts at 270 ms (12 + 49 ms); the next ones overlap it.
+        assert_eq!(windows_over(&samples(true), min, max, 60_000), (1, 70_000));
+        assert_eq!(windows_over(&samples(true), min, max, 70_000), (0, 70_000));
+        assert_eq!(windows_over(&[], min, max, 1), (0, 0));
+    }
 }
