@@ -40,18 +40,18 @@ struct Running {
 /// What a scenario body can do; also owns everything that cleanup must undo.
 pub struct Ctx<'a> {
     name: &'static str,
-    opts: &'a Opts,
+    pub(super) opts: &'a Opts,
     sched: Option<Sched>,
     /// The scheduler's log, kept after it stopped for failure reports.
     sched_log: Option<PathBuf>,
     /// The scheduler's config (None: started without --config).
-    sched_cfg: Option<PathBuf>,
+    pub(super) sched_cfg: Option<PathBuf>,
     sched_starts: u32,
     works: Vec<Running>,
-    figures: Vec<(String, String)>,
-    failures: Vec<String>,
+    pub(super) figures: Vec<(String, String)>,
+    pub(super) failures: Vec<String>,
     /// The figures of the same scenario under the kernel's CFS in this boot (--kernel-ref).
-    kernel: Option<Vec<(String, String)>>,
+    pub(super) kernel: Option<Vec<(String, String)>>,
 }
 
 /// Command line of the `duty` workload (without --seconds, --cgroup, --pin).
@@ -369,7 +369,7 @@ fn tops<'s>(cgroups: &[&'s str]) -> Vec<&'s str> {
 }
 
 impl<'a> Ctx<'a> {
-    fn new(name: &'static str, opts: &'a Opts) -> Self {
+    pub(super) fn new(name: &'static str, opts: &'a Opts) -> Self {
         Ctx {
             name,
             opts,
@@ -414,7 +414,7 @@ impl<'a> Ctx<'a> {
 
     /// Undo everything, whatever state the body left behind. Anything that cannot be undone
     /// fails the scenario, since it would also spoil the ones after it.
-    fn cleanup(&mut self, sc: &Scenario) {
+    pub(super) fn cleanup(&mut self, sc: &Scenario) {
         if let Some(mut s) = self.sched.take() {
             s.kill(); // only reached when the body failed before its clean stop
         }
@@ -436,7 +436,7 @@ impl<'a> Ctx<'a> {
     }
 
     /// Log excerpts for a failed scenario, as '#' lines before its verdict.
-    fn report(&self, kmsg: &mut Kmsg) {
+    pub(super) fn report(&self, kmsg: &mut Kmsg) {
         if let Some(log) = &self.sched_log {
             println!(
                 "# --- {}: scheduler log {} (tail)",
