@@ -440,8 +440,19 @@ fn measure_ratio(ctx: &mut Ctx, label: &str, cg: &'static str, limit_cpus: f64, 
     let key = |name: &str| format!("{label}.{name}");
     ctx.figure(key("usage_cpus"), format!("{used:.3}"));
     ctx.figure(key("ratio"), format!("{:.3}", used / limit_cpus));
+    // With --kernel-ref (a retry on a busy host, for the scenarios in KERNEL_REF): as far
+    // from the limit as the kernel's share was in this boot, plus RATIO_KERNEL_SLACK.
+    let tol = ctx.kernel_f64(&key("ratio")).map_or(tol, |k| tol.max((k - 1.0).abs() + RATIO_KERNEL_SLACK));
     crate::phases::check(ctx, &Check::Ratio { cgroup: cg, tol }, used, Some(limit_cpus), &key, label)
 }
+
+/// How much further from its limit than the kernel's a share measured by `measure_ratio`
+/// may be on a busy host (--kernel-ref): the check's own tolerance in `rules`, its one user.
+/// Both are single 4 s windows under the same load; ours moved by more than that between
+/// loaded CI runs (the service 0.977-1.031, the 20 ms-period container 0.802-1.001), where
+/// a host thread taking both host CPUs 20 ms of every 100 holds up every refill in such a
+/// stretch and the periods it spans are refilled once (as the kernel's timer does).
+const RATIO_KERNEL_SLACK: f64 = 0.02;
 
 /// After cgroups were removed: within 3 s the enforced groups (`active_groups`) are back to
 /// `base`, every slot given back (removals reach the agent through the events ring).

@@ -331,7 +331,7 @@ fn stress_budget(ctx: &mut Ctx, l: &Limit, used_cpus: f64, window: Duration, s0:
     let (Ok(h0), Ok(h1)) = (crate::stats::held_us(g0), crate::stats::held_us(g1)) else {
         return;
     };
-    let delta = |f: &str| crate::stats::num(g1, f).and_then(|b| crate::stats::num(g0, f).map(|a| b - a)).unwrap_or(f64::NAN);
+    let delta = |f: &str| crate::stats::delta(g0, g1, f).unwrap_or(f64::NAN);
     let (periods, usage_us) = (delta("nr_periods"), delta("usage_usec"));
     ctx.figure(format!("{key}.held_ms"), format!("{:.1}/{:.1}", h0 / 1e3, h1 / 1e3));
     ctx.figure(format!("{key}.periods"), format!("{periods:.0}"));

@@ -1,7 +1,7 @@
 //! Rules: `[[rule]]` tables that limit cgroups found by glob, on a hierarchy laid out as
 //! the kubelet (systemd driver) and systemd lay theirs out, created while the scheduler runs.
 
-use super::{hog, leak, slots_back, Body, Scenario};
+use super::{hog, leak, measure_ratio, slots_back, Body, Scenario};
 use crate::cgroup::{create_tree, remove_tree, write_cpu_max};
 use crate::runner::Ctx;
 use serde_json::Value;
@@ -47,27 +47,9 @@ fn limits(g: &Value) -> (u64, u64, u64) {
     (n("quota_us"), n("period_us"), n("burst_us"))
 }
 
-/// (1) A full-limit rule limits a service created while running, with no cpu.max of its
-/// own: 2 hogs held to 0.2 CPU ±2 %. (2) 50 pod containers are created one after another
-/// (each with cpu.max written after mkdir, as the kubelet does) while older ones are
-/// removed: each gets the containers rule within 1 s — period 20 ms keeping its cpu.max
-/// ratio, burst 50 % of that quota, source "rule containers" — and the slots come back.
-/// (3) A hog in a container with cpu.max 30000/100000 gets 0.3 CPU ±2 % in 50 periods a
-/// second (±10 %): the rule's period is what runs. (4) Precedence: a guaranteed pod's
-/// container takes the more specific rule; a container a [[group]] names takes the group.
-/// (5) Reload: burst_pct 50 → 25 reaches the existing containers, and removing the
-/// services rule leaves the service unlimited.
-/// How much further from its limit than the kernel's a group's share may be in `rules`
-/// on a busy host (--kernel-ref): the check's own tolerance. Both are single 4 s windows
-/// under the same load; ours moved by more than that between loaded CI runs (the service
-/// 0.977-1.031, the 20 ms-period container 0.802-1.001), where a host thread taking both
-/// host CPUs 20 ms of every 100 holds up every refill in such a stretch and the periods
-/// it spans are refilled once (as the kernel's timer does).
-const RULES_KERNEL_SLACK: f64 = 0.02;
-
 /// The limits the rules give the two groups whose shares are measured, written to cpu.max
 /// and enforced by the kernel's CFS instead (--cfs, or the kernel reference of a retry):
-/// the same hogs and windows, for `share_vs_kernel` to hold ours against.
+/// the same hogs and windows, for `measure_ratio` to hold ours against.
 fn kernel_shares(ctx: &mut Ctx) -> Result<(), String> {
     let (_, hc) = container(100);
     let hc: &'static str = leak(hc);
@@ -78,30 +60,22 @@ fn kernel_shares(ctx: &mut Ctx) -> Result<(), String> {
             crate::cgroup::write_cpu_max_burst(cg, burst)?;
         }
         let w = ctx.spawn(&hog(cg, 2), 60)?;
-        share_vs_kernel(ctx, label, cg, cpus, 0.02)?;
+        measure_ratio(ctx, label, cg, cpus, 0.02)?;
         ctx.kill_works(w);
     }
     Ok(())
 }
 
-/// `measure_ratio`, and on a retry with the kernel's figure from this boot, ours may be as
-/// far from the limit as the kernel's was plus RULES_KERNEL_SLACK.
-fn share_vs_kernel(ctx: &mut Ctx, label: &str, cg: &'static str, limit_cpus: f64, tol: f64) -> Result<(), String> {
-    std::thread::sleep(crate::runner::WARMUP);
-    let used = ctx.measure(&[cg], crate::runner::WINDOW)?[0];
-    let r = used / limit_cpus;
-    ctx.figure(format!("{label}.usage_cpus"), format!("{used:.3}"));
-    ctx.figure(format!("{label}.ratio"), format!("{r:.3}"));
-    let kernel = ctx.kernel_f64(&format!("{label}.ratio"));
-    let allowed = kernel.map_or(tol, |k| tol.max((k - 1.0).abs() + RULES_KERNEL_SLACK));
-    ctx.figure(format!("{label}.tol"), format!("{allowed:.3}"));
-    if (r - 1.0).abs() > allowed {
-        let k = kernel.map_or(String::new(), |k| format!(" (the kernel in this boot: {k:.3})"));
-        ctx.fail(format!("{label}: usage/limit {r:.3} outside 1±{allowed:.3}{k}"));
-    }
-    Ok(())
-}
-
+/// (1) A full-limit rule limits a service created while running, with no cpu.max of its
+/// own: 2 hogs held to 0.2 CPU ±2 %. (2) 50 pod containers are created one after another
+/// (each with cpu.max written after mkdir, as the kubelet does) while older ones are
+/// removed: each gets the containers rule within 1 s — period 20 ms keeping its cpu.max
+/// ratio, burst 50 % of that quota, source "rule containers" — and the slots come back.
+/// (3) A hog in a container with cpu.max 30000/100000 gets 0.3 CPU ±2 % in 50 periods a
+/// second (±10 %): the rule's period is what runs. (4) Precedence: a guaranteed pod's
+/// container takes the more specific rule; a container a [[group]] names takes the group.
+/// (5) Reload: burst_pct 50 → 25 reaches the existing containers, and removing the
+/// services rule leaves the service unlimited.
 fn rules(ctx: &mut Ctx) -> Result<(), String> {
     if !ctx.has_sched() {
         return kernel_shares(ctx);
@@ -123,7 +97,7 @@ fn rules(ctx: &mut Ctx) -> Result<(), String> {
         Some(g) if limits(&g) == (20_000, 100_000, 0) => {}
         other => ctx.fail(format!("{SERVICE}: {:?}, want rule services 20000/100000", other.map(|g| limits(&g)))),
     }
-    share_vs_kernel(ctx, "service", SERVICE, 0.2, 0.02)?;
+    measure_ratio(ctx, "service", SERVICE, 0.2, 0.02)?;
     ctx.kill_works(svc);
 
     // (2) 50 containers, each removed 10 creations later.
@@ -162,7 +136,7 @@ fn rules(ctx: &mut Ctx) -> Result<(), String> {
     ctx.check_on_scx(w);
     let before = crate::stats::fetch()?;
     let t = Instant::now();
-    share_vs_kernel(ctx, "container", hc, 0.3, 0.02)?;
+    measure_ratio(ctx, "container", hc, 0.3, 0.02)?;
     let periods = crate::stats::group_delta(&before, &crate::stats::fetch()?, hc, "nr_periods")? / t.elapsed().as_secs_f64();
     ctx.figure("container.periods_per_s", format!("{periods:.1}"));
     if (periods / 50.0 - 1.0).abs() > 0.10 {
