@@ -164,7 +164,7 @@ fn rt_neighbour(ctx: &mut Ctx) -> Result<(), String> {
 /// 0.947–0.973 of its limit here, the kernel's CFS 0.988: the agent, busy with the 1 ms
 /// group's 1,000 refills a second, is now and then late by more than a period, and a late
 /// timer refills once, as the kernel's does.)
-fn stress_limits() -> Vec<Limit> {
+pub(super) fn stress_limits() -> Vec<Limit> {
     let mut v = vec![
         lim("t/s/p1ms", 1_000, 1_250),
         lim("t/s/n1", 9_000, 20_000),
@@ -193,7 +193,7 @@ fn stress_limits() -> Vec<Limit> {
 /// was distributed only above a slice, as fair.c does (the kernel's CFS: 0.976-0.984 in 2),
 /// its refills discarding 134 ms of returned runtime in the run that measured it; with slack above 1 ms distributed
 /// 1.003-1.011 in 7 runs, 7-15 ms discarded (`small_quota` isolates this). `short_period` checks a 2 ms group alone, agent stopped or not.
-fn stress(ctx: &mut Ctx) -> Result<(), String> {
+pub(super) fn stress(ctx: &mut Ctx) -> Result<(), String> {
     const RUN: Duration = Duration::from_secs(60);
     const SKIP: Duration = Duration::from_secs(3);
     let limits = stress_limits();
