@@ -28,6 +28,7 @@ mod monitoring;
 mod reliability;
 mod rules;
 mod scale;
+mod stress;
 mod weights;
 mod wide;
 
