@@ -32,7 +32,7 @@ usage: scxbw-guest hog --threads N --seconds S [--cgroup REL] [--pin CPU]
        scxbw-guest stats-fetch    (one request to the stats socket; prints the group count)
        scxbw-guest systemd-e2e    (in tests/vm/systemd's Debian guest: package, service, restart)
        scxbw-guest scenarios [--sched PATH] [--only NAME,NAME] [--list] [--cfs] [--kernel-ref]
-                 [--bench | --wide]
+                 [--bench [--quick] | --wide]
        scxbw-guest hostwatch --pidfile FILE   (on the host: qemu's console on stdin; adds
                  the host's steal and load during each scenario to its verdict line)
        scxbw-guest hostload --pct P --seconds S   (on the host, as root: a SCHED_FIFO
@@ -50,7 +50,10 @@ usage: scxbw-guest hog --threads N --seconds S [--cgroup REL] [--pin CPU]
                  too (tests/vm/run passes it to retries on a busy host)
   --bench        the benchmark set (tests/bench/run) instead of the acceptance scenarios
   --wide         the set for a machine of several LLCs and NUMA nodes (tests/vm/README.md);
-                 with --bench, that machine's benchmark (wide_bench)";
+                 with --bench, that machine's benchmark (wide_bench)
+  --quick        with --bench: shorter measurements (1 round of 1 s per workload in the
+                 scheduler comparison, 3 s per burst-sweep cell, 2 s agent windows), the
+                 same figures; what CI runs to check that each is produced (tests/bench/run)";
 
 /// Why a command failed: bad arguments (exit 2, with usage) or a runtime error (exit 1).
 enum Fail {
@@ -59,7 +62,10 @@ enum Fail {
 }
 
 fn scenarios(argv: &[String]) -> Result<bool, Fail> {
-    let p = args::parse(argv, &["sched", "only"], &["list", "cfs", "kernel-ref", "bench", "wide"]).map_err(Fail::Usage)?;
+    let p = args::parse(argv, &["sched", "only"], &["list", "cfs", "kernel-ref", "bench", "wide", "quick"]).map_err(Fail::Usage)?;
+    if p.switch("quick") && !p.switch("bench") {
+        return Err(Fail::Usage("--quick shortens the benchmark set: it needs --bench".into()));
+    }
     let all = if p.switch("bench") && p.switch("wide") {
         scenarios::wide_bench()
     } else if p.switch("bench") {
@@ -97,6 +103,7 @@ fn scenarios(argv: &[String]) -> Result<bool, Fail> {
         sched: PathBuf::from(p.str("sched").unwrap_or("/bin/scx_bandwidth")),
         cfs: p.switch("cfs"),
         kernel_ref: p.switch("kernel-ref"),
+        quick: p.switch("quick"),
     };
     if !opts.cfs && !opts.sched.is_file() {
         return Err(Fail::Usage(format!(

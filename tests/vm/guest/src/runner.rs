@@ -26,6 +26,9 @@ pub struct Opts {
     /// Run the scenarios that have a kernel reference (`scenarios::KERNEL_REF`) under the
     /// kernel's CFS first, in the same boot, and give their checks its figures.
     pub kernel_ref: bool,
+    /// The benchmark set in its short form (`tests/bench/run --quick`, what CI runs): the
+    /// same figures from shorter measurements, for a check that each one is still produced.
+    pub quick: bool,
 }
 
 /// "t/p/x" -> "p.x": figure-key prefix for a cgroup.
@@ -83,7 +86,7 @@ fn run_one(sc: &Scenario, opts: &Opts) -> Option<bool> {
     if opts.kernel_ref && !opts.cfs && crate::scenarios::KERNEL_REF.contains(&sc.name) {
         // The kernel first, then ours, one after the other under whatever load the host
         // has now. The kernel's own verdict is reported, not counted.
-        let kopts = Opts { sched: opts.sched.clone(), cfs: true, kernel_ref: false };
+        let kopts = Opts { sched: opts.sched.clone(), cfs: true, kernel_ref: false, quick: opts.quick };
         let mut kctx = Ctx::new(sc.name, &kopts);
         run_body(&mut kctx, sc);
         ctx.figure("kernel.verdict", if kctx.failures.is_empty() { "PASS" } else { "FAIL" });
@@ -266,6 +269,7 @@ mod tests {
             sched: PathBuf::from("/nonexistent"),
             cfs: true,
             kernel_ref: false,
+            quick: false,
         };
         assert_eq!(run_one(&custom("ok", false, |_| Ok(())), &opts), Some(true));
         assert_eq!(

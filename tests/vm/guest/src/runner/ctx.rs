@@ -267,6 +267,11 @@ impl<'a> Ctx<'a> {
         }
     }
 
+    /// The benchmark set's short form (--quick): measure for less time, same figures.
+    pub fn quick(&self) -> bool {
+        self.opts.quick
+    }
+
     /// A scheduler runs (false in --cfs mode).
     pub fn has_sched(&self) -> bool {
         self.sched.is_some()

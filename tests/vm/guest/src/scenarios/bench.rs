@@ -252,7 +252,8 @@ pub(super) struct Compared {
     pub fields: &'static [(&'static str, bool)],
 }
 
-/// Each workload for 3 s in the unlimited cgroup t/o; 3 rounds, each under scx_bandwidth
+/// Each workload for 3 s in the unlimited cgroup t/o (1 s with --quick); 3 rounds (1 with
+/// --quick), each under scx_bandwidth
 /// and then under the kernel's own scheduler (scx_bandwidth detached); then what
 /// scx_bandwidth's ops cost during one more run of the first workload (`op_costs`); then 3
 /// rounds and the op costs under the floor scheduler (tests/bench/floor: the least a
@@ -264,7 +265,8 @@ pub(super) struct Compared {
 /// `.scx_per_floor` for counts; `LABEL.KEY.scx`, `.kernel`, `.floor`, `.ratio`,
 /// `.floor_ratio`, `.scx_per_floor` for the others).
 pub(super) fn compare(ctx: &mut Ctx, works: &[Compared]) -> Result<(), String> {
-    const SECS: u64 = 3;
+    // --quick: 1 round of 1 s per workload and scheduler.
+    let (rounds, secs) = if ctx.quick() { (1, 1) } else { (3, 3) };
     const SCX: usize = 0;
     const KERNEL: usize = 1;
     const FLOOR: usize = 2;
@@ -273,13 +275,13 @@ pub(super) fn compare(ctx: &mut Ctx, works: &[Compared]) -> Result<(), String> {
         works.iter().map(|w| vec![[Vec::new(), Vec::new(), Vec::new()]; w.fields.len()]).collect();
     let mut run_all = |ctx: &mut Ctx, arm: usize| -> Result<(), String> {
         for (i, c) in works.iter().enumerate() {
-            for (f, v) in run_compared(ctx, c, SECS)?.into_iter().enumerate() {
+            for (f, v) in run_compared(ctx, c, secs)?.into_iter().enumerate() {
                 got[i][f][arm].push(v);
             }
         }
         Ok(())
     };
-    for round in 0..3 {
+    for round in 0..rounds {
         if round > 0 {
             ctx.start_sched(&[])?; // the runner started it for the first
         }
@@ -288,13 +290,13 @@ pub(super) fn compare(ctx: &mut Ctx, works: &[Compared]) -> Result<(), String> {
         run_all(ctx, KERNEL)?;
     }
     ctx.start_sched(&[])?;
-    op_costs(ctx, &works[0], SECS, false)?;
+    op_costs(ctx, &works[0], secs, false)?;
     ctx.stop_sched()?;
     ctx.start_floor()?;
-    for _ in 0..3 {
+    for _ in 0..rounds {
         run_all(ctx, FLOOR)?;
     }
-    op_costs(ctx, &works[0], SECS, true)?;
+    op_costs(ctx, &works[0], secs, true)?;
     ctx.stop_sched()?;
     let med = |v: &mut Vec<f64>| {
         v.sort_by(f64::total_cmp);
@@ -395,12 +397,14 @@ pub(super) fn run_compared(ctx: &mut Ctx, c: &Compared, secs: u64) -> Result<Vec
 /// The agent's cost by number of limited groups, each limited to 10 ms per 100 ms: 10
 /// (all busy), 100 and 1,000 (10 busy, the others with a sleeping process). The
 /// scheduler runs without --stats (nobody asks for statistics); its CPU time over 4 s
-/// after 2 s of warm-up is printed as ms per s, with how often its threads ran, and
+/// after 2 s of warm-up (2 s after 1 s with --quick) is printed as ms per s, with how often its threads ran, and
 /// every group must be enforced. Beside it, as a yardstick, a SCHED_FIFO thread that does
 /// nothing but wake as often as the busy groups refill (100 times a second): under TCG a
 /// wakeup itself costs far more than on hardware, and the ratio of the two is what means
 /// something there.
 pub(super) fn agent_cost(ctx: &mut Ctx) -> Result<(), String> {
+    // --quick: 1 s of warm-up, 2 s measured.
+    let (warm_s, window) = if ctx.quick() { (1, Duration::from_secs(2)) } else { (2, crate::runner::WINDOW) };
     ctx.stop_sched()?;
     for n in [10usize, 100, 1000] {
         let groups: Vec<&'static str> = (0..n).map(|i| leak(format!("t/ac/g{i:04}"))).collect();
@@ -417,12 +421,12 @@ pub(super) fn agent_cost(ctx: &mut Ctx) -> Result<(), String> {
         }
         let sleepers = Sleepers::spawn(&groups[busy..])?;
         // The baseline: a thread that only wakes as often as the busy groups refill.
-        let tick_secs = 2 + crate::runner::WINDOW.as_secs();
+        let tick_secs = warm_s + window.as_secs();
         let ticker = ctx.spawn(&Workload { cgroup: "t/tick", work: Work::Ticker { hz: 10 * busy as u32 }, pin: None }, tick_secs)?;
-        sleep(Duration::from_secs(2));
+        sleep(Duration::from_secs(warm_s));
         let pid = ctx.sched_pid().ok_or("no scheduler")?;
         let (t0, c0) = (Instant::now(), process_cpu(pid).ok_or("agent gone")?);
-        sleep(crate::runner::WINDOW);
+        sleep(window);
         let c1 = process_cpu(pid).ok_or("agent gone")?;
         let secs = t0.elapsed().as_secs_f64();
         ctx.figure(format!("n{n}.agent_ms_per_s"), format!("{:.1}", c1.0.saturating_sub(c0.0) as f64 / 1e6 / secs));
@@ -536,6 +540,10 @@ impl SweepCell {
     }
 }
 
+/// A burst-sweep cell's length with --quick: the slowest cycle (90 ms burn, 210 ms sleep)
+/// still burns 10 times.
+const QUICK_CELL_S: u64 = 3;
+
 /// The burst sweep (issue: burst latency across workloads): each cell in a cgroup of its
 /// own whose cpu.max and cpu.max.burst are written to cgroupfs (enforced by the kernel's
 /// CFS with --no-sched, by scx_bandwidth otherwise), idle for 1 s first so the pool holds
@@ -549,16 +557,18 @@ pub(super) fn burst_sweep(ctx: &mut Ctx) -> Result<(), String> {
         crate::cgroup::write_cpu_max_burst(cg, c.quota_us())?;
         sleep(Duration::from_secs(1));
         let before = if ctx.has_sched() { Some(crate::stats::fetch()?) } else { None };
+        // --quick: 3 s per cell (a figure, not a percentile to read).
+        let secs = if ctx.quick() { QUICK_CELL_S } else { c.seconds() };
         let w = ctx.spawn(
             &Workload {
                 cgroup: cg,
                 work: Work::Duty { threads: c.threads, burn_ms: c.burn_ms, sleep_ms: c.sleep_ms() },
                 pin: None,
             },
-            c.seconds(),
+            secs,
         )?;
         ctx.check_on_scx(w);
-        let st = ctx.wait_workload(w, Duration::from_secs(c.seconds() + 20))?;
+        let st = ctx.wait_workload(w, Duration::from_secs(secs + 20))?;
         if st.code() != Some(0) {
             return Err(format!("{}: duty workload {}", c.key(), crate::sched::describe(st)));
         }
