@@ -5,7 +5,8 @@
 //! priority (housekeeping, in period.rs): it is not time-critical, so it never
 //! preempts the tasks the agent limits. The scx_stats server runs on a thread of
 //! its own and asks the run loop for a snapshot per request over a channel, since
-//! only the loop holds the Scheduler.
+//! only the loop holds the Scheduler. The loop only copies the figures out; the
+//! server's thread turns them into JSON (see [`Reply`]).
 
 use crossbeam::channel::{Receiver, Sender};
 use log::{error, info, warn};
@@ -25,7 +26,16 @@ pub(super) enum Ask {
     History(Option<String>),
 }
 
-type Answer = Result<serde_json::Value, String>;
+/// What the run loop hands back for a request. A snapshot goes back as it is and
+/// becomes JSON on the server's thread, where period timers do not wait for it: for
+/// 1,026 groups the JSON takes 7 ms natively, the copy 0.4 ms (the scale scenario's
+/// statistics work on the loop fell from about 40 to 18-28 ms per s under TCG).
+pub(super) enum Reply {
+    Top(Box<Metrics>),
+    Json(serde_json::Value),
+}
+
+type Answer = Result<Reply, String>;
 
 /// The stats server and the main loop's end of its request channel.
 pub(super) struct StatsLink {
@@ -42,10 +52,10 @@ impl<'a> Scheduler<'a> {
             self.resolve_paths();
         }
         match ask {
-            Ask::Top => self.metrics().to_json().map_err(|e| format!("{e:#}")),
+            Ask::Top => Ok(Reply::Top(Box::new(self.metrics()))),
             Ask::History(None) => {
                 let names: Vec<&str> = self.groups.iter().filter(|g| !g.free).map(|g| g.cfg.cgroup.as_str()).collect();
-                Ok(serde_json::json!({ "cgroups": names }))
+                Ok(Reply::Json(serde_json::json!({ "cgroups": names })))
             }
             Ask::History(Some(cg)) => {
                 let want = cg.trim_matches('/');
@@ -67,7 +77,7 @@ impl<'a> Scheduler<'a> {
                     ..Default::default()
                 }
                 .from_records(g.book.history.records());
-                serde_json::to_value(h).map_err(|e| e.to_string())
+                serde_json::to_value(h).map(Reply::Json).map_err(|e| e.to_string())
             }
         }
     }
@@ -164,7 +174,10 @@ pub(super) fn launch_stats_server(group: Option<u32>, waker: LoopWaker) -> Optio
     let ask = move |what: Ask, (req, res): (&Sender<Ask>, &Receiver<Answer>)| -> anyhow::Result<serde_json::Value> {
         req.send(what)?;
         waker.wake();
-        res.recv()?.map_err(anyhow::Error::msg)
+        match res.recv()?.map_err(anyhow::Error::msg)? {
+            Reply::Top(m) => m.to_json(),
+            Reply::Json(v) => Ok(v),
+        }
     };
     let ask2 = ask.clone();
     let data = stats::server_data::<Ask, Answer>()
