@@ -287,8 +287,9 @@ pub fn all() -> Vec<Scenario> {
 /// 1 ms-period group in stress got 0.668-0.677 of its limit (bound ±5 %). Each such check
 /// names the kernel's figure beside ours. (under_quota holds its figure against the
 /// cgroup's own usage, sampled in the same run.) In `rules`, the kernel enforces the limits
-/// the rules give its two measured groups, written to cpu.max.
-pub const KERNEL_REF: &[&str] = &["burst_latency", "stress", "rules"];
+/// the rules give its two measured groups, written to cpu.max; in `scale`, all 1,026 limits
+/// (the kernel's deep chain got 0.998-1.005 of its limit on a quiet host, ours 0.944-1.010).
+pub const KERNEL_REF: &[&str] = &["burst_latency", "stress", "rules", "scale"];
 
 /// The set for machines with several LLCs and NUMA nodes (`scenarios --wide`): the wide
 /// area's own, and those of the 2-CPU set whose checks do not assume 2 CPUs. Not
@@ -453,7 +454,7 @@ fn measure_ratio(ctx: &mut Ctx, label: &str, cg: &'static str, limit_cpus: f64, 
 /// loaded CI runs (the service 0.977-1.031, the 20 ms-period container 0.802-1.001), where
 /// a host thread taking both host CPUs 20 ms of every 100 holds up every refill in such a
 /// stretch and the periods it spans are refilled once (as the kernel's timer does).
-const RATIO_KERNEL_SLACK: f64 = 0.02;
+pub(super) const RATIO_KERNEL_SLACK: f64 = 0.02;
 
 /// After cgroups were removed: within 3 s the enforced groups (`active_groups`) are back to
 /// `base`, every slot given back (removals reach the agent through the events ring).
