@@ -24,7 +24,7 @@ use super::events::EventRing;
 use super::metrics::launch_stats_server;
 use super::period::set_realtime;
 use super::topology;
-use super::{Group, LoopWaker, Origin, Scheduler, LATENESS_SAMPLES, NSEC_PER_USEC};
+use super::{cgroup_watch, Group, LoopWaker, Origin, Scheduler, LATENESS_SAMPLES, NSEC_PER_USEC};
 use crate::bpf_intf;
 use crate::bpf_skel::*;
 use crate::config::Config;
@@ -112,6 +112,7 @@ impl<'a> Scheduler<'a> {
             hotplug_seen: 0,
             topology_again: false,
             topology_reader: None,
+            walker: None,
         };
         // Before attaching: the first tasks enqueued go to their LLC's queue.
         sched.apply_topology(topology::Raw::read(), "start");
@@ -132,6 +133,13 @@ impl<'a> Scheduler<'a> {
             }
         };
         sched.stats = launch_stats_server(opts.stats_group, waker.clone());
+        sched.walker = match cgroup_watch::PathWalker::spawn(sched.root.clone(), waker.clone()) {
+            Ok(w) => Some(w),
+            Err(e) => {
+                error!("cgroup walker thread: {e:#}; configured paths are checked on the refill thread");
+                None
+            }
+        };
         for slot in 0..sched.groups.len() {
             sched.write_limits(slot);
         }

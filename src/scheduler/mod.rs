@@ -109,4 +109,6 @@ pub struct Scheduler<'a> {
     hotplug_seen: u64,
     topology_again: bool,
     topology_reader: Option<topology::TopologyReader>,
+    /// Walks configured paths off the refill thread (cgroup_watch.rs).
+    walker: Option<cgroup_watch::PathWalker>,
 }

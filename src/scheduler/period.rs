@@ -16,10 +16,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
-use log::warn;
+use log::{error, warn};
 use scx_utils::{uei_report, UserExitInfo};
 
-use super::{cost, LoopWaker, Scheduler, CGROUP_WALK_MAX, LATENESS_SAMPLES};
+use super::{cost, metrics, LoopWaker, Scheduler, CGROUP_WALK_MAX, LATENESS_SAMPLES};
 use crate::bpf_intf;
 use crate::pools::{self, Due, PeriodTimer};
 use crate::stats;
@@ -190,7 +190,17 @@ impl<'a> Scheduler<'a> {
         let start = Instant::now();
         let mut next_poll = start + CGROUP_POLL;
         let mut next_stats = self.stats_every.map(|d| start + d);
-        let mut prev_report = self.metrics();
+        let mut table = None;
+        if next_stats.is_some() {
+            self.name_groups()?;
+            match metrics::TablePrinter::spawn(self.metrics()) {
+                Ok(t) => table = Some(t),
+                Err(e) => {
+                    error!("--stats: cannot start the table's thread: {e:#}; no statistics table");
+                    next_stats = None;
+                }
+            }
+        }
 
         while !shutdown.load(Ordering::Relaxed) && !self.exited() {
             let now = Instant::now();
@@ -198,8 +208,10 @@ impl<'a> Scheduler<'a> {
             self.run_timers(now)?;
             self.cost.timers += now.elapsed();
             self.note_step("timers (refills and unthrottles)", now);
-            // The cgroup poll (a stat() per configured group when cgroups changed) is
-            // done at once. The stats report is housekeeping (see below).
+            // The cgroup poll is done at once; the walk of configured paths it may
+            // ask for runs on the walker's thread, and what it found is applied when
+            // it wakes us. The stats table is printed by its own thread (metrics.rs).
+            self.take_walk(now)?;
             if reload.swap(false, Ordering::Relaxed) {
                 let (t, at) = (cost::thread_cpu(), Instant::now());
                 self.reload(now)?;
@@ -211,24 +223,22 @@ impl<'a> Scheduler<'a> {
                 self.wake_missed(now);
                 self.report_deep_chains();
                 self.poll_topology();
-                self.poll_cgroups(now)?;
+                self.poll_cgroups_off_loop(now)?;
                 self.retry_unresolved(now)?;
                 next_poll = now + CGROUP_POLL;
                 self.cost.poll_cpu += cost::thread_cpu().saturating_sub(t);
                 self.note_step("the cgroup poll", at);
             }
-            if matches!(next_stats, Some(at) if now >= at) {
-                let at = Instant::now();
-                self.housekeeping(|s| {
-                    if let (Some(at), Some(every)) = (next_stats, s.stats_every) {
-                        let m = s.metrics();
-                        m.format(&prev_report, &mut std::io::stdout())?;
-                        prev_report = m;
-                        next_stats = Some(next_report(at, every, Instant::now()));
-                    }
-                    Ok(())
-                })?;
-                self.note_step("the statistics table", at);
+            if let (Some(due), Some(every), Some(t)) = (next_stats, self.stats_every, table.as_mut()) {
+                if now >= due {
+                    let at = Instant::now();
+                    self.name_groups()?;
+                    let cpu = cost::thread_cpu();
+                    t.print(self.metrics());
+                    self.cost.stats_cpu += cost::thread_cpu().saturating_sub(cpu);
+                    next_stats = Some(next_report(due, every, Instant::now()));
+                    self.note_step("the statistics table", at);
+                }
             }
 
             // Every deadline is in the heap. The cgroup poll is not exact: it rides
@@ -257,13 +267,28 @@ impl<'a> Scheduler<'a> {
             }
             while let Some(ask) = self.stats.as_ref().and_then(|l| l.req.try_recv().ok()) {
                 let at = Instant::now();
-                self.housekeeping(|s| {
-                    let answer = s.answer(ask);
-                    if let Some(link) = &s.stats {
-                        let _ = link.res.send(answer);
+                self.name_groups()?;
+                // A snapshot is a copy, taken at our priority; a group's history is
+                // serialized here, so at normal priority.
+                let answer = match ask {
+                    metrics::Ask::Top => {
+                        let cpu = cost::thread_cpu();
+                        let a = self.answer(ask);
+                        self.cost.stats_cpu += cost::thread_cpu().saturating_sub(cpu);
+                        a
                     }
-                    Ok(())
-                })?;
+                    metrics::Ask::History(_) => {
+                        let mut a = None;
+                        self.housekeeping(|s| {
+                            a = Some(s.answer(ask));
+                            Ok(())
+                        })?;
+                        a.expect("housekeeping ran it")
+                    }
+                };
+                if let Some(link) = &self.stats {
+                    let _ = link.res.send(answer);
+                }
                 self.note_step("a statistics request", at);
             }
         }
@@ -316,9 +341,21 @@ impl<'a> Scheduler<'a> {
         }
     }
 
-    /// Run `f` at normal priority: formatting and serving statistics is not
-    /// time-critical, so it never preempts the tasks we limit (the agent is
-    /// SCHED_FIFO for its timers and the cgroup poll).
+    /// Look up the paths of groups limited by their own cpu.max, for statistics (a
+    /// walk of the hierarchy, so at normal priority); nothing to do when all are known.
+    fn name_groups(&mut self) -> Result<()> {
+        if self.unresolved_ids().is_empty() {
+            return Ok(());
+        }
+        self.housekeeping(|s| {
+            s.resolve_paths();
+            Ok(())
+        })
+    }
+
+    /// Run `f` at normal priority: looking up paths and serializing a history is
+    /// not time-critical, so it never preempts the tasks we limit (the agent is
+    /// SCHED_FIFO for its timers).
     fn housekeeping(&mut self, f: impl FnOnce(&mut Self) -> Result<()>) -> Result<()> {
         let t = cost::thread_cpu();
         if self.realtime {
