@@ -138,7 +138,16 @@ impl<'a> Scheduler<'a> {
     /// Apply the walker's result, if it has one.
     pub(super) fn take_walk(&mut self, now: Instant) -> Result<()> {
         let Some(w) = self.walker.as_mut() else { return Ok(()) };
-        let Ok((generation, found)) = w.done.try_recv() else { return Ok(()) };
+        let (generation, found) = match w.done.try_recv() {
+            Ok(r) => r,
+            Err(mpsc::TryRecvError::Empty) => return Ok(()),
+            Err(mpsc::TryRecvError::Disconnected) => {
+                error!("the cgroup walker thread is gone; configured paths are checked on the refill thread from now on");
+                self.walker = None;
+                self.walked = None;
+                return Ok(());
+            }
+        };
         w.busy = false;
         if generation != w.generation {
             return Ok(());
