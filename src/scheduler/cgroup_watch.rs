@@ -109,30 +109,32 @@ impl<'a> Scheduler<'a> {
             w.generation += 1;
         }
         self.walk_due(now);
-        let found = walk_paths(&self.root, self.configured_paths());
-        self.apply_walk(found, now)
+        self.apply_walk(walk_paths(&self.root, self.configured_paths()), now)
     }
 
     /// The run loop's cgroup poll: ask the walker for a walk when one is due; without
     /// a walker, walk here.
     pub(super) fn poll_cgroups_off_loop(&mut self, now: Instant) -> Result<()> {
-        let busy = self.walker.as_ref().map(|w| w.busy);
-        if busy == Some(true) || !self.walk_due(now) {
+        if self.walker.as_ref().is_some_and(|w| w.busy) || !self.walk_due(now) {
             return Ok(());
         }
-        if busy.is_none() {
-            let found = walk_paths(&self.root, self.configured_paths());
-            return self.apply_walk(found, now);
-        }
         let paths = self.configured_paths();
-        let Some(w) = self.walker.as_mut() else { return Ok(()) };
+        let Some(w) = self.walker.as_mut() else {
+            return self.apply_walk(walk_paths(&self.root, paths), now);
+        };
         if w.ask.send((w.generation, paths)).is_ok() {
             w.busy = true;
             return Ok(());
         }
+        self.lose_walker();
+        self.poll_cgroups(now)
+    }
+
+    /// The walker's thread is gone: walk on this thread from now on, at the next poll.
+    fn lose_walker(&mut self) {
         error!("the cgroup walker thread is gone; configured paths are checked on the refill thread from now on");
         self.walker = None;
-        self.poll_cgroups(now)
+        self.walked = None;
     }
 
     /// Apply the walker's result, if it has one.
@@ -142,9 +144,7 @@ impl<'a> Scheduler<'a> {
             Ok(r) => r,
             Err(mpsc::TryRecvError::Empty) => return Ok(()),
             Err(mpsc::TryRecvError::Disconnected) => {
-                error!("the cgroup walker thread is gone; configured paths are checked on the refill thread from now on");
-                self.walker = None;
-                self.walked = None;
+                self.lose_walker();
                 return Ok(());
             }
         };

@@ -192,7 +192,7 @@ impl<'a> Scheduler<'a> {
         let mut next_stats = self.stats_every.map(|d| start + d);
         let mut table = None;
         if next_stats.is_some() {
-            self.name_groups()?;
+            self.name_groups();
             match metrics::TablePrinter::spawn(self.metrics()) {
                 Ok(t) => table = Some(t),
                 Err(e) => {
@@ -232,7 +232,7 @@ impl<'a> Scheduler<'a> {
             if let (Some(due), Some(every), Some(t)) = (next_stats, self.stats_every, table.as_mut()) {
                 if now >= due {
                     let at = Instant::now();
-                    self.name_groups()?;
+                    self.name_groups();
                     let cpu = cost::thread_cpu();
                     t.print(self.metrics());
                     self.cost.stats_cpu += cost::thread_cpu().saturating_sub(cpu);
@@ -267,7 +267,7 @@ impl<'a> Scheduler<'a> {
             }
             while let Some(ask) = self.stats.as_ref().and_then(|l| l.req.try_recv().ok()) {
                 let at = Instant::now();
-                self.name_groups()?;
+                self.name_groups();
                 // A snapshot is a copy, taken at our priority; a group's history is
                 // serialized here, so at normal priority.
                 let answer = match ask {
@@ -277,14 +277,7 @@ impl<'a> Scheduler<'a> {
                         self.cost.stats_cpu += cost::thread_cpu().saturating_sub(cpu);
                         a
                     }
-                    metrics::Ask::History(_) => {
-                        let mut a = None;
-                        self.housekeeping(|s| {
-                            a = Some(s.answer(ask));
-                            Ok(())
-                        })?;
-                        a.expect("housekeeping ran it")
-                    }
+                    metrics::Ask::History(_) => self.housekeeping(|s| s.answer(ask)),
                 };
                 if let Some(link) = &self.stats {
                     let _ = link.res.send(answer);
@@ -343,20 +336,16 @@ impl<'a> Scheduler<'a> {
 
     /// Look up the paths of groups limited by their own cpu.max, for statistics (a
     /// walk of the hierarchy, so at normal priority); nothing to do when all are known.
-    fn name_groups(&mut self) -> Result<()> {
-        if self.unresolved_ids().is_empty() {
-            return Ok(());
+    fn name_groups(&mut self) {
+        if !self.unresolved_ids().is_empty() {
+            self.housekeeping(|s| s.resolve_paths());
         }
-        self.housekeeping(|s| {
-            s.resolve_paths();
-            Ok(())
-        })
     }
 
     /// Run `f` at normal priority: looking up paths and serializing a history is
     /// not time-critical, so it never preempts the tasks we limit (the agent is
     /// SCHED_FIFO for its timers).
-    fn housekeeping(&mut self, f: impl FnOnce(&mut Self) -> Result<()>) -> Result<()> {
+    fn housekeeping<T>(&mut self, f: impl FnOnce(&mut Self) -> T) -> T {
         let t = cost::thread_cpu();
         if self.realtime {
             set_realtime(false);
