@@ -250,6 +250,49 @@ pub fn idle_beside_waiting(sw: &[Switch], cpus: &[usize], tasks: &[u32], from: u
     total as f64 / 1e9
 }
 
+/// For each task of `tasks`: the longest stretch from `from` to `to` (ns) in which it had no
+/// run on a CPU of at least `min_run` ns. Shorter runs do not end a stretch: a task switched
+/// in only to be stopped at once (its group throttled) still waits. A task not seen running
+/// at `from` waits from `from` on, so the trace should start with a switch on every CPU
+/// (`poke_cpus`). For tasks that never sleep (hogs), the longest wait for real CPU time.
+pub fn longest_off_cpu(sw: &[Switch], tasks: &[u32], from: u64, to: u64, min_run: u64) -> Vec<u64> {
+    let mut order: Vec<&Switch> = sw.iter().collect();
+    order.sort_by_key(|s| s.ns);
+    let mut on: std::collections::BTreeMap<usize, u32> = std::collections::BTreeMap::new();
+    // Per task: since when it waits, and since when it runs (None: not on a CPU).
+    let mut off_since: Vec<u64> = vec![from; tasks.len()];
+    let mut run_since: Vec<Option<u64>> = vec![None; tasks.len()];
+    let mut worst = vec![0u64; tasks.len()];
+    for s in order {
+        if s.ns > to {
+            break;
+        }
+        on.insert(s.cpu, s.pid);
+        let t = s.ns.max(from);
+        for (i, tid) in tasks.iter().enumerate() {
+            match (on.values().any(|p| p == tid), run_since[i]) {
+                (true, None) => run_since[i] = Some(t),
+                (false, Some(r)) => {
+                    run_since[i] = None;
+                    if t - r >= min_run {
+                        worst[i] = worst[i].max(r.saturating_sub(off_since[i]));
+                        off_since[i] = t;
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    for i in 0..tasks.len() {
+        let end = match run_since[i] {
+            Some(r) if to - r >= min_run => r,
+            _ => to,
+        };
+        worst[i] = worst[i].max(end.saturating_sub(off_since[i]));
+    }
+    worst
+}
+
 /// Makes every CPU of `cpus` switch tasks at least twice (a thread of this process moves
 /// onto each in turn and sleeps there 1 ms), so a trace started before it knows what each
 /// CPU runs from then on. Leaves the calling thread allowed on every CPU of `cpus`.
@@ -329,5 +372,23 @@ mod tests {
         assert!((idle_beside_waiting(&t, &[0, 1, 2], &[7, 8], 25, 40) - 15e-9).abs() < 1e-15);
         let t2 = [sw(0, 0, 0), sw(0, 1, 0), sw(0, 2, 55), sw(5, 2, 7)];
         assert!((idle_beside_waiting(&t2, &[0, 1], &[7, 8], 0, 10) - (2.0 * 5.0 + 1.0 * 5.0) * 1e-9).abs() < 1e-15);
+    }
+
+    #[test]
+    fn finds_each_tasks_longest_wait_for_real_cpu_time() {
+        let sw = |ns: u64, cpu: usize, pid: u32| Switch { ns, cpu, pid, prio: 120, comm: String::new() };
+        // Hog 7 runs on CPU 0 until 10, waits until 40 (30), moves to CPU 1 at 40 while
+        // CPU 0 runs 9; hog 8 runs on CPU 1 from 5 to 40 and then waits to the end (100).
+        // Task 6 never runs: the whole window. Before the window (from 2) hog 8 was off
+        // for 5 - 2 = 3 only.
+        let t = [sw(0, 0, 7), sw(0, 1, 55), sw(5, 1, 8), sw(10, 0, 9), sw(40, 1, 7), sw(60, 0, 0)];
+        assert_eq!(longest_off_cpu(&t, &[7, 8, 6], 2, 100, 1), vec![30, 60, 98]);
+        // A window inside hog 7's wait counts from the window's start.
+        assert_eq!(longest_off_cpu(&t, &[7], 20, 30, 1), vec![10]);
+        // Hog 7 switched in at 50 for 1 ns only, stopped at once: with runs of at least 2 ns
+        // counting, it waits from 10 until 70, where it runs for good.
+        let u = [sw(0, 0, 7), sw(10, 0, 9), sw(50, 0, 7), sw(51, 0, 9), sw(70, 0, 7)];
+        assert_eq!(longest_off_cpu(&u, &[7], 0, 100, 2), vec![60]);
+        assert_eq!(longest_off_cpu(&u, &[7], 0, 100, 1), vec![40]);
     }
 }
