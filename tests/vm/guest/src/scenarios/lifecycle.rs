@@ -6,6 +6,7 @@
 //! a hotplug that unloads it, or an exit that leaves a parked task behind is a fault of the
 //! whole machine, not of one group.
 
+use super::hotplug::{check_against_kernel, hotplug_once, prepare, HotplugSetup};
 use super::{custom, hog, lim, measure_ratio, render_config, Body, Scenario};
 use crate::runner::Ctx;
 use std::thread::sleep;
@@ -95,96 +96,56 @@ fn reload(ctx: &mut Ctx) -> Result<(), String> {
     Ok(())
 }
 
-const CPU1_ONLINE: &str = "/sys/devices/system/cpu/cpu1/online";
-
-/// Puts CPU 1 back online when dropped, so a failed scenario leaves 2 CPUs to the next.
-struct Cpu1Back;
-
-impl Drop for Cpu1Back {
-    fn drop(&mut self) {
-        let _ = std::fs::write(CPU1_ONLINE, "1");
-    }
-}
+/// CPU 1 goes offline and online. (cgroup, limit in CPUs, period, hog threads): two groups
+/// at 0.3 CPU with two hogs each are throttled most of the time (little local runtime left
+/// on any CPU); the one hog in t/c, limited to 1.5 CPUs, is never throttled, so the CPU it
+/// runs on always holds a slice of t/c's runtime.
+const HOTPLUG: HotplugSetup = HotplugSetup {
+    cpu: 1,
+    groups: &[("t/a", 0.3, 100_000, 2), ("t/b", 0.3, 50_000, 2), ("t/c", 1.5, 100_000, 1)],
+    check_unthrottled: false,
+    hog_wait_slack_ms: Some(HOG_WAIT_SLACK_MS),
+};
+/// How much longer than under the kernel's scheduler a throttled group's hog may wait for a
+/// CPU in `hotplug`. In 4 runs the kernel's longest waits were 49-92 ms, ours 104-208; before
+/// the root's weight was left out of the vtime charge (weight.bpf.h, root_share), the serial
+/// console's printer woken by every toggle made ours 506-772.
+const HOG_WAIT_SLACK_MS: f64 = 250.0;
 
 /// CPU hotplug under throttled groups. Without ops.cpu_online/offline the kernel would
 /// unload the scheduler at the first toggle; with them it stays, and the local runtime of
-/// a CPU going away goes back to its group's pool instead of being stranded. Two groups
-/// at 0.3 CPU with two hogs each are throttled most of the time (little local runtime left
-/// on any CPU); one hog in t/c, limited to 1.5 CPUs, is never throttled, so the CPU it runs
-/// on always holds a slice of t/c's runtime. t/c has cpu.weight 50: with one CPU left the
-/// throttled groups' fair share is then 0.4 CPU each (at equal weights it would be 1/3, too
-/// close to their 0.3 limit), so both can still reach their limit. CPU 1 is taken
-/// offline and online every 500 ms for 20 s. Checked: the scheduler was never unloaded or
-/// restarted (its hotplug counter saw every toggle), CPUs gave runtime back, both throttled
-/// groups used their limit ±5 % over the loop, and the hogs all finish (a lost task would
-/// hang them).
+/// a CPU going away goes back to its group's pool instead of being stranded. t/c has
+/// cpu.weight 50: with one CPU left the throttled groups' fair share is then 0.4 CPU each
+/// (at equal weights it would be 1/3, too close to their 0.3 limit), so both can still
+/// reach their limit. CPU 1 is taken offline and online every 500 ms for 20 s, under the
+/// kernel's scheduler and then under ours in the same boot (scenarios/hotplug.rs): each
+/// toggle stops both CPUs for a while (stop_machine), so what the groups can get depends on
+/// the emulation, and the kernel's shares are the reference. Checked, besides
+/// `check_against_kernel` (with the hogs' waits for a CPU against the kernel's): the
+/// scheduler was never unloaded or restarted. t/c's share is printed beside the kernel's,
+/// not checked: ours got 0.86-0.93 of it in 5 runs, with about 0.1 CPU more idle.
 fn hotplug(ctx: &mut Ctx) -> Result<(), String> {
-    const LOOP: Duration = Duration::from_secs(20);
-    if !std::fs::read_to_string(CPU1_ONLINE).is_ok_and(|s| s.trim() == "1") {
-        return Err(format!("{CPU1_ONLINE}: CPU 1 is not hot-pluggable or not online"));
-    }
-    let _back = Cpu1Back;
-    let groups = [("t/a", 0.3), ("t/b", 0.3)];
-    let hogs_s = (crate::runner::WARMUP + LOOP).as_secs() + 4;
+    let _back = prepare(&HOTPLUG)?;
     crate::cgroup::write_cpu_weight("t/c", 50)?;
-    let first = ctx.spawn(&hog("t/a", 2), hogs_s)?;
-    ctx.spawn(&hog("t/b", 2), hogs_s)?;
-    ctx.spawn(&hog("t/c", 1), hogs_s)?;
-    ctx.check_on_scx(first);
-    sleep(crate::runner::WARMUP);
-
+    let attached = ctx.has_sched();
+    if attached {
+        ctx.stop_sched()?;
+    }
+    let kr = hotplug_once(ctx, &HOTPLUG)?;
+    kr.report(ctx, &HOTPLUG, "kernel.");
+    if !attached {
+        return Ok(());
+    }
+    ctx.start_sched(&[])?;
     let before = crate::stats::fetch()?;
-    let usage = || -> Result<Vec<u64>, String> { groups.iter().map(|(g, _)| g).chain(&["t/c"]).map(|g| crate::cgroup::read_usage_usec(g)).collect() };
-    let (t0, u0) = (crate::workload::mono_ns(), usage()?);
-    let start = Instant::now();
-    let (mut toggles, mut next, mut online) = (0u32, start, true);
-    while start.elapsed() < LOOP {
-        online = !online;
-        std::fs::write(CPU1_ONLINE, if online { "1" } else { "0" })
-            .map_err(|e| format!("write {} to {CPU1_ONLINE}: {e}", online as u8))?;
-        toggles += 1;
-        next += Duration::from_millis(500);
-        sleep(next.saturating_duration_since(Instant::now()));
-    }
-    if !online {
-        std::fs::write(CPU1_ONLINE, "1").map_err(|e| format!("{CPU1_ONLINE}: {e}"))?;
-        toggles += 1;
-    }
-    let (t1, u1) = (crate::workload::mono_ns(), usage()?);
-    ctx.figure("toggles", toggles);
-    ctx.figure("loop_s", format!("{:.1}", (t1 - t0) as f64 / 1e9));
+    let or = hotplug_once(ctx, &HOTPLUG)?;
+    or.report(ctx, &HOTPLUG, "");
     ctx.healthy()?;
-
     let after = crate::stats::fetch()?;
-    let seen = crate::stats::delta(&before, &after, "hotplug")?;
-    let returned = crate::stats::delta(&before, &after, "hotplug_returned_usec")?;
-    ctx.figure("hotplug_seen", seen);
-    ctx.figure("returned_ms", format!("{:.1}", returned / 1e3));
-    if seen != toggles as f64 {
-        ctx.fail(format!("{toggles} hotplug toggles, the scheduler saw {seen}: it was restarted or missed some"));
-    }
-    if returned <= 0.0 {
-        ctx.fail("CPUs going offline never gave local runtime back to a pool");
-    }
+    ctx.figure("timer_late_p99_us", crate::stats::num(&after, "timer_late_p99_us")?);
+    check_against_kernel(ctx, &HOTPLUG, &kr, &or, &before, &after)?;
     if ctx.sched_output().contains("restart") {
         ctx.fail("the scheduler was restarted during hotplug");
-    }
-    let used_of = |i: usize| (u1[i] - u0[i]) as f64 * 1e3 / (t1 - t0) as f64;
-    // t/c's one hog is never throttled: what a thread that could always run got.
-    ctx.figure("t/c.usage_cpus", format!("{:.3}", used_of(groups.len())));
-    for (i, (g, limit)) in groups.iter().enumerate() {
-        let used = used_of(i);
-        ctx.figure(format!("{g}.usage_cpus"), format!("{used:.3}"));
-        ctx.figure(format!("{g}.ratio"), format!("{:.3}", used / limit));
-        if (used / limit - 1.0).abs() > 0.05 {
-            ctx.fail(format!("{g}: {used:.3} CPUs over the hotplug loop, limit {limit}: more than 5 % off"));
-        }
-    }
-    for w in first..first + 3 {
-        let st = ctx.wait_workload(w, Duration::from_secs(hogs_s + 10))?;
-        if st.code() != Some(0) {
-            ctx.fail(format!("hog workload {w} {}", crate::sched::describe(st)));
-        }
     }
     Ok(())
 }
@@ -300,10 +261,10 @@ pub(super) fn scenarios() -> Vec<Scenario> {
         ),
         Scenario {
             name: "hotplug",
-            about: "CPU 1 offline/online every 500 ms for 20 s under two throttled groups and a limited unthrottled one: scheduler stays attached, runtime of the CPU going away returns to the pools, usage = limit ±5%, every hog finishes",
-            needs_sched: true,
-            limits: vec![lim("t/a", 30_000, 100_000), lim("t/b", 15_000, 50_000), lim("t/c", 150_000, 100_000)],
-            cgroups: vec![],
+            about: "CPU 1 offline/online every 500 ms for 20 s under cpu.max limits, two throttled groups and a limited unthrottled one: scheduler stays attached, runtime of the CPU going away returns to the pools, throttled groups within 0.05 of the kernel's share in the same boot and at most limit +5%, their hogs waiting for a CPU at most 250 ms longer than the kernel's, every hog finishes",
+            needs_sched: false,
+            limits: vec![],
+            cgroups: vec!["t/a", "t/b", "t/c"],
             body: Body::Custom(hotplug),
         },
         custom(

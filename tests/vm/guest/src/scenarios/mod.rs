@@ -22,6 +22,7 @@ mod advise;
 mod bench;
 mod burst_slack;
 mod cgroupfs;
+mod hotplug;
 mod lifecycle;
 mod limits;
 mod monitoring;
