@@ -39,7 +39,7 @@ enum bw_consts {
 	BW_MAX_LEVEL		= 64,
 	/* cgroups (with the cpu controller) whose cpu.weight is tracked. */
 	BW_MAX_CGROUPS		= 65536,
-	/* A task's share (weight.bpf.h, cg_share) is a fixed-point multiple of this. */
+	/* A task's share of the machine is a fixed-point fraction of this. */
 	BW_SHARE_ONE		= 1 << 20,
 
 	/*

@@ -50,27 +50,13 @@ static u64 vtime_now;
  * (cpu.weight 1 beside 10000, nice 19 beside nice 0) would otherwise advance
  * by slice / share per slice: 5 ms at a share of 1e-6 is 5,000 s, a wait no
  * task may have (the sched_ext watchdog ejects the scheduler after 30 s). The
- * others pass a capped task after using about this much CPU time in all (the
- * lead in vtime is scaled to the root's weight, vtime_lead): the longest wait
- * is bounded, and shares down to slice / lead (0.5 %) are exact. What a cap
- * clips is owed, up to this much, and added to the next charge (charge), so
- * a long charge (a vCPU stall under emulation) does not give a small share more.
+ * others pass a capped task after using at most this much vtime, about
+ * this much CPU time in all (their shares add up to at most one): the longest
+ * wait is bounded, and shares down to slice / lead (0.5 %) are exact. What a
+ * cap clips is owed and added to the next charge (charge), so a long charge
+ * (a vCPU stall under emulation) does not give a small share more.
  */
 #define VTIME_MAX_LEAD_NS (1000ULL * 1000 * 1000)
-
-/*
- * The lead in vtime for a root of active weight @root_sum: vtime advances by
- * CPU time over weight / 1024 (root_share), so the others together use
- * about their top-level weights / 1024 times the lead to pass a capped task;
- * scaled down by that, the wait stays VTIME_MAX_LEAD_NS of CPU time however
- * many tasks the root runs.
- */
-static __always_inline u64 vtime_lead(s64 root_sum)
-{
-	if (root_sum <= BW_WEIGHT_NICE_0)
-		return VTIME_MAX_LEAD_NS;
-	return VTIME_MAX_LEAD_NS * BW_WEIGHT_NICE_0 / root_sum;
-}
 /* Target of the atomic that orders idle transitions against enqueues. */
 static u64 idle_seq;
 
@@ -92,8 +78,7 @@ static bool charge(struct task_struct *p, struct task_ctx *tctx)
 {
 	u64 now = p->se.sum_exec_runtime;
 	u64 delta = now - tctx->last_charge;
-	u64 share, vtime, lead;
-	s64 root_sum = 0;
+	u64 share, vtime;
 
 	tctx->last_charge = now;
 	if (!delta || (s64)delta < 0)
@@ -102,17 +87,16 @@ static bool charge(struct task_struct *p, struct task_ctx *tctx)
 	 * A task of a cgroup with no weight state (BW_STAT_UNWEIGHTED) is
 	 * charged as if it were alone on the machine with its nice weight.
 	 */
-	share = cg_share(tctx, &root_sum) ?: BW_SHARE_ONE / BW_WEIGHT_NICE_0 * task_weight(p);
-	lead = vtime_lead(root_sum);
+	share = cg_share(tctx) ?: BW_SHARE_ONE / BW_WEIGHT_NICE_0 * task_weight(p);
 	vtime = p->scx.dsq_vtime + delta * BW_SHARE_ONE / share + tctx->vtime_owed;
 	tctx->vtime_owed = 0;
-	if (vtime_before(vtime_now + lead, vtime)) {
-		u64 cap = vtime_now + lead;
+	if (vtime_before(vtime_now + VTIME_MAX_LEAD_NS, vtime)) {
+		u64 cap = vtime_now + VTIME_MAX_LEAD_NS;
 
 		if (vtime_before(cap, p->scx.dsq_vtime))
 			cap = p->scx.dsq_vtime;
 		/*
-		 * Owe what the cap clipped, up to VTIME_MAX_LEAD_NS: a long charge
+		 * Owe what the cap clipped, up to one more lead: a long charge
 		 * (a slice plus a stall of the vCPU, at nice 19 25 ms x 69 =
 		 * 1.7 s) is then paid with the next charges and the share
 		 * stays exact. The wait stays bounded: no charge puts vtime

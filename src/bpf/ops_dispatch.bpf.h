@@ -158,16 +158,15 @@ static u64 steal_lag(struct task_struct *p, bool other_node)
 {
 	struct task_ctx *tctx = task_ctx(p);
 	u64 share = 0, lag;
-	s64 root_sum = 0;
 
 	if (tctx)
-		share = cg_share(tctx, &root_sum);
+		share = cg_share(tctx);
 	if (!share)
 		share = BW_SHARE_ONE / BW_WEIGHT_NICE_0 * task_weight(p);
 	lag = BW_STEAL_LAG_SLICES * task_slice_ns * BW_SHARE_ONE / (share ?: 1);
 	if (other_node)
 		lag *= BW_STEAL_NODE_FACTOR;
-	return lag < vtime_lead(root_sum) / 2 ? lag : vtime_lead(root_sum) / 2;
+	return lag < VTIME_MAX_LEAD_NS / 2 ? lag : VTIME_MAX_LEAD_NS / 2;
 }
 
 /*

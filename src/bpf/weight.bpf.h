@@ -12,15 +12,11 @@
  * path from the root:
  *
  *   share(task in C) = w(task) / active(C) * w(C) / active(parent(C)) * ...
- *                      * w(top-level cgroup) / 1024
  *
  * where active(X) is the weight of X's active entities: its runnable tasks
  * and its child cgroups with runnable tasks below them. Tasks that keep their
  * vtimes level in the shared queue then get CPU time in proportion to their
- * shares. The root's own active weight is left out (root_share): it scales
- * every task alike, and taken at the moment of each charge it would make a
- * brief heavy task at the root (a nice -20 kernel thread) stretch the vtime
- * of whatever was charged meanwhile.
+ * shares. The vtime of the machine advances about one ns per ns and CPU.
  *
  * active() is kept exact with two counters per cgroup, changed only when
  * an entity becomes active or inactive (task runnable / quiescent, parked /
@@ -370,34 +366,12 @@ static void cg_destroy(struct cgroup *cgrp)
 }
 
 /*
- * At the root, an entity's fraction is not taken: its weight over a nice-0
- * task's stands in for it. The root's active weight is every runnable task
- * of the root cgroup, kernel threads among them, and it changes in a moment:
- * the serial console's printer (nice -20, weight 88761) runnable for a few
- * ms made every task charged meanwhile advance 89 times too far, for good
- * (the flattened vtime keeps what a charge gave). Under CPU hotplug, whose
- * console messages woke it every 500 ms, a limited group's hog then waited
- * 0.5-0.8 s while its sibling caught up (the kernel: 50-90 ms). Leaving
- * the root's sum out scales every task alike at any one moment, so the
- * order of the queue and the shares are those of the fractions; vtime then
- * advances by CPU time over (weight / 1024) for a task alone in a top-level
- * cgroup or in the root, as a CFS entity's vruntime does.
+ * The task's share of the machine in BW_SHARE_ONE units: its fraction of its
+ * cgroup's active weight times the cgroup's fraction of its parent's, up to
+ * the root; 0 when its cgroup has no weight state. Counters in flight between
+ * CPUs may briefly be off; a fraction never exceeds one.
  */
-static __always_inline u64 root_share(u64 share, s64 w)
-{
-	return w > 0 ? share * w / BW_WEIGHT_NICE_0 : share;
-}
-
-/*
- * The task's share in BW_SHARE_ONE units: its fraction of its cgroup's
- * active weight times the cgroup's fraction of its parent's, up to the
- * root's children; there, the top-level entity's weight over a nice-0 task's
- * (root_share). 0 when its cgroup has no weight state. The root's active
- * weight goes to @root_sum (0 if not reached), for the vtime lead (vtime_lead).
- * Counters in flight between CPUs may briefly be off; a fraction below the
- * root never exceeds one.
- */
-static u64 cg_share(struct task_ctx *tctx, s64 *root_sum)
+static u64 cg_share(struct task_ctx *tctx)
 {
 	u64 share = BW_SHARE_ONE;
 	u32 idx = tctx->act_idx, gen = tctx->act_gen;
@@ -413,17 +387,14 @@ static u64 cg_share(struct task_ctx *tctx, s64 *root_sum)
 				return 0;
 			break;
 		}
-		idx = READ_ONCE(c->parent);
-		gen = READ_ONCE(c->parent_gen);
-		if (idx == BW_CG_NONE) {
-			*root_sum = READ_ONCE(c->active_sum);
-			share = root_share(share, w);
-			break;
-		}
 		sum = READ_ONCE(c->active_sum);
 		if (sum > w && w > 0)
 			share = share * w / sum;
 		w = READ_ONCE(c->contrib);
+		idx = READ_ONCE(c->parent);
+		gen = READ_ONCE(c->parent_gen);
+		if (idx == BW_CG_NONE)
+			break;
 	}
 	return share ?: 1;
 }
