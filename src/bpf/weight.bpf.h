@@ -133,6 +133,26 @@ struct {
 static u32 cg_cursor;
 static u32 cg_gen_next;
 
+/*
+ * What the root's runnable tasks heavier than nice 0 weigh above it, summed
+ * (atomic). The root's fraction leaves it out (cg_share): the root's active
+ * weight scales every task's charge alike at one moment, but is taken at
+ * each charge, and a nice -20 kernel thread (weight 88761) runnable for a few
+ * ms made every task charged meanwhile advance 89 times too far, for good.
+ * The serial console's printer, woken by every CPU hotplug message, did
+ * that every 500 ms: a limited group's hog then waited 0.5-0.8 s for a CPU
+ * while its sibling caught up (the kernel's scheduler: 50-90 ms). Counted
+ * as nice 0 there, such a task still weighs its own weight in its share.
+ */
+static s64 root_heavy_excess;
+
+/* What a task of weight @w in cgroup @c adds to root_heavy_excess. */
+static __always_inline s64 heavy_excess(struct cg_ctx *c, s64 w)
+{
+	return c && READ_ONCE(c->parent) == BW_CG_NONE && w > BW_WEIGHT_NICE_0 ?
+		w - BW_WEIGHT_NICE_0 : 0;
+}
+
 /* Slot @idx if it still holds the occupant of generation @gen. */
 static __always_inline struct cg_ctx *cg_at(u32 idx, u32 gen)
 {
@@ -227,21 +247,30 @@ static void cg_apply(u32 idx, u32 gen, s64 dnr, s64 dw)
 /* @p becomes an active entity of its cgroup (tctx->cg_* must be current). */
 static __always_inline void cg_activate(struct task_struct *p, struct task_ctx *tctx)
 {
+	s64 excess;
+
 	if (tctx->act_gen || !tctx->cg_gen)
 		return;
 	tctx->act_idx = tctx->cg_idx;
 	tctx->act_gen = tctx->cg_gen;
 	tctx->act_weight = task_weight(p);
+	excess = heavy_excess(cg_at(tctx->act_idx, tctx->act_gen), tctx->act_weight);
+	if (excess)
+		__sync_fetch_and_add(&root_heavy_excess, excess);
 	cg_apply(tctx->act_idx, tctx->act_gen, 1, tctx->act_weight);
 }
 
 static __always_inline void cg_deactivate(struct task_ctx *tctx)
 {
 	u32 gen = tctx->act_gen;
+	s64 excess;
 
 	if (!gen)
 		return;
 	tctx->act_gen = 0;
+	excess = heavy_excess(cg_at(tctx->act_idx, gen), tctx->act_weight);
+	if (excess)
+		__sync_fetch_and_sub(&root_heavy_excess, excess);
 	cg_apply(tctx->act_idx, gen, -1, -(s64)tctx->act_weight);
 }
 
@@ -249,10 +278,15 @@ static __always_inline void cg_deactivate(struct task_ctx *tctx)
 static __always_inline void cg_reweight_task(struct task_struct *p, struct task_ctx *tctx)
 {
 	u32 weight = task_weight(p);
-	s64 dw = (s64)weight - tctx->act_weight;
+	s64 dw = (s64)weight - tctx->act_weight, dx;
+	struct cg_ctx *c;
 
 	if (!tctx->act_gen)
 		return;
+	c = cg_at(tctx->act_idx, tctx->act_gen);
+	dx = heavy_excess(c, weight) - heavy_excess(c, tctx->act_weight);
+	if (dx)
+		__sync_fetch_and_add(&root_heavy_excess, dx);
 	tctx->act_weight = weight;
 	cg_apply(tctx->act_idx, tctx->act_gen, 0, dw);
 }
@@ -369,7 +403,8 @@ static void cg_destroy(struct cgroup *cgrp)
  * The task's share of the machine in BW_SHARE_ONE units: its fraction of its
  * cgroup's active weight times the cgroup's fraction of its parent's, up to
  * the root; 0 when its cgroup has no weight state. Counters in flight between
- * CPUs may briefly be off; a fraction never exceeds one.
+ * CPUs may briefly be off; a fraction below the root never exceeds one, the
+ * root's may for a task heavier than nice 0 (root_heavy_excess).
  */
 static u64 cg_share(struct task_ctx *tctx)
 {
@@ -388,6 +423,18 @@ static u64 cg_share(struct task_ctx *tctx)
 			break;
 		}
 		sum = READ_ONCE(c->active_sum);
+		if (READ_ONCE(c->parent) == BW_CG_NONE) {
+			/*
+			 * At the root its heavy tasks count as nice 0
+			 * (root_heavy_excess); one of them may then weigh
+			 * more than the sum: its share exceeds one, by as much
+			 * as its weight says.
+			 */
+			sum -= READ_ONCE(root_heavy_excess);
+			if (sum > 0 && w > 0)
+				share = share * w / sum;
+			break;
+		}
 		if (sum > w && w > 0)
 			share = share * w / sum;
 		w = READ_ONCE(c->contrib);
