@@ -225,6 +225,7 @@ int bw_reset_slot(struct bw_reset_args *args)
 	WRITE_ONCE(g->slack_pending, 0);
 	WRITE_ONCE(g->safety_release, 0);
 	WRITE_ONCE(g->idle, 0);
+	WRITE_ONCE(g->vtime, 0);
 	s32 cpu;
 	bpf_for(cpu, 0, nr_cpu_ids) {
 		struct bw_cpu *c = bpf_map_lookup_percpu_elem(&bw_cpus, &slot, cpu);

@@ -159,6 +159,12 @@ struct bw_group {
 	u64 nr_safety_refills;
 	/* Short periods: grid points at which the BPF timer found the group throttled. */
 	u64 nr_short_throttled;
+	/*
+	 * Largest vtime of a task of the group that started running (0: none
+	 * yet): the group's own "now", where its tasks waking beside runnable
+	 * siblings are placed (bw_enqueue, wake_now).
+	 */
+	u64 vtime;
 
 	/* --- statistics, written by BPF, read by the agent --- */
 	/* CPU time charged to the group (all CPUs, includes descendants). */

@@ -60,6 +60,44 @@ s32 BPF_STRUCT_OPS(bw_select_cpu, struct task_struct *p, s32 prev_cpu, u64 wake_
 	return cpu;
 }
 
+/*
+ * The "now" a waking task is placed against: the queue's (vtime_now), or,
+ * for a task of a limited group while other tasks of its innermost limited
+ * group are runnable or parked, that group's own (bw_group.vtime), when it
+ * is behind. A limited group's tasks use less than their share and fall
+ * behind vtime_now, the more the longer they are throttled; placed at
+ * vtime_now, a task waking beside them waited until they caught up, which
+ * they do only at their quota's pace: under CPU hotplug a hog's main thread
+ * woke in a throttled group and waited the 5 s after which a parked task is
+ * rescued (CFS places it against its group's own min_vruntime). A group with
+ * nothing else runnable gets no such credit: its first waking task is
+ * placed as any other.
+ */
+static __always_inline u64 wake_now(struct task_ctx *tctx)
+{
+	struct bw_group *g;
+	struct cg_ctx *c;
+	u64 gv;
+	u32 slot;
+	s64 others;
+
+	if (!tctx || !tctx->nr_chain || tctx->gen != bw_cfg_gen)
+		return vtime_now;
+	slot = chain_slot(tctx, 0);
+	g = bw_group(slot);
+	if (!g)
+		return vtime_now;
+	gv = READ_ONCE(g->vtime);
+	if (!gv || !vtime_before(gv, vtime_now))
+		return vtime_now;
+	/* Runnable siblings in its cgroup (itself counted since runnable), or parked ones. */
+	c = cg_at(tctx->cg_idx, tctx->cg_gen);
+	others = c ? READ_ONCE(c->nr_active) - (tctx->act_gen ? 1 : 0) : 0;
+	if (others <= 0 && !scx_bpf_dsq_nr_queued(BW_PARK_DSQ_BASE + slot))
+		return vtime_now;
+	return gv;
+}
+
 void BPF_STRUCT_OPS(bw_enqueue, struct task_struct *p, u64 enq_flags)
 {
 	struct task_ctx *tctx = task_ctx_create(p);
@@ -68,18 +106,23 @@ void BPF_STRUCT_OPS(bw_enqueue, struct task_struct *p, u64 enq_flags)
 
 	stat_inc(BW_STAT_ENQUEUE);
 
+	if (tctx)
+		bw_refresh_chain(p, tctx);
 	/*
-	 * A task waking up gets at most one slice of credit. Only then: a task
-	 * that was running keeps its place, even far behind vtime_now (the
-	 * largest vtime started, which a task with a small share reaches in
-	 * big steps); moving it up would take from large shares and give to
-	 * small ones.
+	 * A task waking up gets at most one slice of credit (against wake_now).
+	 * Only then: a task that was running keeps its place, even far behind
+	 * vtime_now (the largest vtime started, which a task with a small share
+	 * reaches in big steps); moving it up would take from large shares and
+	 * give to small ones.
 	 */
-	if ((enq_flags & SCX_ENQ_WAKEUP) && vtime_before(vtime, vtime_now - task_slice_ns))
-		vtime = vtime_now - task_slice_ns;
+	if (enq_flags & SCX_ENQ_WAKEUP) {
+		u64 now = wake_now(tctx);
+
+		if (vtime_before(vtime, now - task_slice_ns))
+			vtime = now - task_slice_ns;
+	}
 
 	if (tctx) {
-		bw_refresh_chain(p, tctx);
 		slot = bw_throttled_slot(tctx);
 		/*
 		 * A starving task goes to its LLC's queue; dispatch rescues it.

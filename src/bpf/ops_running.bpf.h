@@ -20,6 +20,12 @@ void BPF_STRUCT_OPS(bw_running, struct task_struct *p)
 
 	tctx->last_charge = p->se.sum_exec_runtime;
 	bw_refresh_chain(p, tctx);
+	if (tctx->nr_chain) {
+		struct bw_group *g = bw_group(chain_slot(tctx, 0));
+
+		if (g && vtime_before(READ_ONCE(g->vtime), p->scx.dsq_vtime))
+			WRITE_ONCE(g->vtime, p->scx.dsq_vtime);
+	}
 
 	/*
 	 * Tasks placed on a local queue directly (wakeup to an idle CPU,
