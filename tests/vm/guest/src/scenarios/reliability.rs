@@ -2,7 +2,8 @@
 //! (the BPF safety net refills), tasks starving under a tiny quota (rescued before the
 //! sched_ext watchdog ejects the scheduler), a minute of mixed stress (periods 1 ms-1 s,
 //! nesting, a fork storm, moves), an RT thread taking a CPU, and cgroup moves that a
-//! throttled fork storm must not hold up. A scheduler of every task that stalls, is
+//! throttled fork storm must not hold up, and a thread waking beside its throttled
+//! siblings. A scheduler of every task that stalls, is
 //! ejected, or parks a task holding a lock the kernel needs harms the whole machine.
 
 use super::{custom, end_fork_storm, hog, lim, measure_ratio, Body, Scenario, Work, Workload};
@@ -452,6 +453,76 @@ fn agent_stall(ctx: &mut Ctx) -> Result<(), String> {
 }
 
 /// The scenarios of this file, in the order a run takes them.
+/// How long each run of `wake_throttled` measures.
+const WAKE_RUN: Duration = Duration::from_secs(10);
+/// Least part of the kernel's count of burns the waking thread of `wake_throttled` must
+/// finish under ours.
+const WAKE_BURNS_MIN: f64 = 0.8;
+/// How much longer than the kernel's slowest burn ours may take (ms): two periods of t/a.
+const WAKE_SLOWEST_SLACK_MS: f64 = 200.0;
+
+/// One run of `wake_throttled` under whichever scheduler is in charge: the DUTY figures of
+/// the waking thread.
+fn wake_once(ctx: &mut Ctx) -> Result<crate::output::DutyStats, String> {
+    let secs = (crate::runner::WARMUP + WAKE_RUN).as_secs();
+    let first = ctx.spawn(&hog("t/a", 2), secs + 2)?;
+    ctx.spawn(&hog("t/b", 1), secs + 2)?;
+    let duty = ctx.spawn(&Workload { cgroup: "t/a", work: Work::Duty { threads: 1, burn_ms: 2, sleep_ms: 48 }, pin: None }, secs)?;
+    if ctx.has_sched() {
+        ctx.check_on_scx(first);
+    }
+    let st = ctx.wait_workload(duty, Duration::from_secs(secs + 20))?;
+    if st.code() != Some(0) {
+        return Err(format!("duty workload {}", crate::sched::describe(st)));
+    }
+    ctx.kill_works(first);
+    crate::output::parse_duty(&ctx.output(duty)).ok_or_else(|| "no DUTY line from the waking thread".to_string())
+}
+
+/// A thread waking in a throttled group beside its busy siblings. t/a (cpu.max 20 ms every
+/// 100 ms) runs 2 hogs and a thread that burns 2 ms of CPU every 50 ms; t/b runs an
+/// unlimited hog, so the queue's vtime runs far ahead of t/a's throttled tasks. Under the
+/// kernel's scheduler first, then ours, in the same boot. The waking thread must get its
+/// turn among its siblings as under CFS, which places it against its group's own
+/// min_vruntime: ours placed it against the queue's vtime, where it waited until the hogs
+/// caught up, at their quota's pace, and was rescued after 5 s. Checked for ours: at least
+/// WAKE_BURNS_MIN of the kernel's count of burns, the slowest at most
+/// WAKE_SLOWEST_SLACK_MS longer than the kernel's, and no task rescued.
+fn wake_throttled(ctx: &mut Ctx) -> Result<(), String> {
+    crate::cgroup::write_cpu_max("t/a", 20_000, 100_000)?;
+    let attached = ctx.has_sched();
+    if attached {
+        ctx.stop_sched()?;
+    }
+    let k = wake_once(ctx)?;
+    ctx.figure("kernel.burns", k.burns);
+    ctx.figure("kernel.p99_ms", format!("{:.1}", k.p99_ms));
+    ctx.figure("kernel.max_ms", format!("{:.1}", k.max_ms));
+    if !attached {
+        return Ok(());
+    }
+    ctx.start_sched(&[])?;
+    let before = crate::stats::fetch()?;
+    let o = wake_once(ctx)?;
+    ctx.healthy()?;
+    let after = crate::stats::fetch()?;
+    let rescued = crate::stats::delta(&before, &after, "rescued")?;
+    ctx.figure("burns", o.burns);
+    ctx.figure("p99_ms", format!("{:.1}", o.p99_ms));
+    ctx.figure("max_ms", format!("{:.1}", o.max_ms));
+    ctx.figure("rescued", rescued);
+    if (o.burns as f64) < WAKE_BURNS_MIN * k.burns as f64 {
+        ctx.fail(format!("the waking thread finished {} burns, under the kernel's scheduler {} (min {WAKE_BURNS_MIN} of it)", o.burns, k.burns));
+    }
+    if o.max_ms > k.max_ms + WAKE_SLOWEST_SLACK_MS {
+        ctx.fail(format!("the waking thread's slowest 2 ms burn took {:.1} ms, under the kernel's scheduler {:.1} ms (allowed {WAKE_SLOWEST_SLACK_MS} ms more)", o.max_ms, k.max_ms));
+    }
+    if rescued > 0.0 {
+        ctx.fail(format!("{rescued} tasks waited parked 5 s and were rescued"));
+    }
+    Ok(())
+}
+
 pub(super) fn scenarios() -> Vec<Scenario> {
     vec![
         Scenario {
@@ -477,6 +548,14 @@ pub(super) fn scenarios() -> Vec<Scenario> {
             limits: vec![lim("t/q", MOVE_QUOTA_US, MOVE_PERIOD_US)],
             cgroups: vec!["t/q", "t/m1", "t/m2"],
             body: Body::Custom(move_latency),
+        },
+        Scenario {
+            name: "wake_throttled",
+            about: "a thread burning 2 ms every 50 ms beside 2 hogs in a 20ms/100ms group, an unlimited hog beside: under ours it finishes >= 0.8 of the kernel's burns in the same boot, the slowest at most 200 ms longer, no task rescued",
+            needs_sched: false,
+            limits: vec![],
+            cgroups: vec!["t/a", "t/b"],
+            body: Body::Custom(wake_throttled),
         },
         custom(
             "rescue",
