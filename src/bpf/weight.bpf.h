@@ -146,13 +146,6 @@ static u32 cg_gen_next;
  */
 static s64 root_heavy_excess;
 
-/* What a task of weight @w in cgroup @c adds to root_heavy_excess. */
-static __always_inline s64 heavy_excess(struct cg_ctx *c, s64 w)
-{
-	return c && READ_ONCE(c->parent) == BW_CG_NONE && w > BW_WEIGHT_NICE_0 ?
-		w - BW_WEIGHT_NICE_0 : 0;
-}
-
 /* Slot @idx if it still holds the occupant of generation @gen. */
 static __always_inline struct cg_ctx *cg_at(u32 idx, u32 gen)
 {
@@ -162,6 +155,21 @@ static __always_inline struct cg_ctx *cg_at(u32 idx, u32 gen)
 		return NULL;
 	c = bpf_map_lookup_elem(&cg_ctxs, &idx);
 	return c && READ_ONCE(c->gen) == gen ? c : NULL;
+}
+
+/*
+ * What a task of weight @w in the cgroup of slot @idx (generation @gen) adds
+ * to root_heavy_excess. The slot is looked up only for a heavy task: the
+ * common nice-0 wakeup and sleep pay nothing for it.
+ */
+static __always_inline s64 heavy_excess(u32 idx, u32 gen, s64 w)
+{
+	struct cg_ctx *c;
+
+	if (w <= BW_WEIGHT_NICE_0)
+		return 0;
+	c = cg_at(idx, gen);
+	return c && READ_ONCE(c->parent) == BW_CG_NONE ? w - BW_WEIGHT_NICE_0 : 0;
 }
 
 /*
@@ -254,7 +262,7 @@ static __always_inline void cg_activate(struct task_struct *p, struct task_ctx *
 	tctx->act_idx = tctx->cg_idx;
 	tctx->act_gen = tctx->cg_gen;
 	tctx->act_weight = task_weight(p);
-	excess = heavy_excess(cg_at(tctx->act_idx, tctx->act_gen), tctx->act_weight);
+	excess = heavy_excess(tctx->act_idx, tctx->act_gen, tctx->act_weight);
 	if (excess)
 		__sync_fetch_and_add(&root_heavy_excess, excess);
 	cg_apply(tctx->act_idx, tctx->act_gen, 1, tctx->act_weight);
@@ -268,7 +276,7 @@ static __always_inline void cg_deactivate(struct task_ctx *tctx)
 	if (!gen)
 		return;
 	tctx->act_gen = 0;
-	excess = heavy_excess(cg_at(tctx->act_idx, gen), tctx->act_weight);
+	excess = heavy_excess(tctx->act_idx, gen, tctx->act_weight);
 	if (excess)
 		__sync_fetch_and_sub(&root_heavy_excess, excess);
 	cg_apply(tctx->act_idx, gen, -1, -(s64)tctx->act_weight);
@@ -279,12 +287,11 @@ static __always_inline void cg_reweight_task(struct task_struct *p, struct task_
 {
 	u32 weight = task_weight(p);
 	s64 dw = (s64)weight - tctx->act_weight, dx;
-	struct cg_ctx *c;
 
 	if (!tctx->act_gen)
 		return;
-	c = cg_at(tctx->act_idx, tctx->act_gen);
-	dx = heavy_excess(c, weight) - heavy_excess(c, tctx->act_weight);
+	dx = heavy_excess(tctx->act_idx, tctx->act_gen, weight) -
+	     heavy_excess(tctx->act_idx, tctx->act_gen, tctx->act_weight);
 	if (dx)
 		__sync_fetch_and_add(&root_heavy_excess, dx);
 	tctx->act_weight = weight;
