@@ -112,7 +112,7 @@ impl HotplugRun {
 
 /// One hotplug loop under whichever scheduler is in charge: the setup's hogs run for the
 /// warm-up, the loop and 4 s more, and must then exit by themselves.
-pub(super) fn hotplug_once(ctx: &mut Ctx, setup: &HotplugSetup) -> Result<HotplugRun, String> {
+fn hotplug_once(ctx: &mut Ctx, setup: &HotplugSetup) -> Result<HotplugRun, String> {
     let from = ctx.nr_workloads();
     let hog_secs = (WARMUP + HOTPLUG_LOOP).as_secs() + 4;
     for &(g, _, _, n) in setup.groups {
@@ -194,6 +194,38 @@ pub(super) fn hotplug_once(ctx: &mut Ctx, setup: &HotplugSetup) -> Result<Hotplu
     })
 }
 
+/// Both runs of a hotplug scenario, and the scheduler's statistics around ours.
+pub(super) struct HotplugRuns {
+    pub kernel: HotplugRun,
+    pub ours: HotplugRun,
+    pub before: serde_json::Value,
+    pub after: serde_json::Value,
+}
+
+/// The loop under the kernel's scheduler, then under ours (restarted) in the same boot, each
+/// run's figures reported and `check_against_kernel` applied; None in --cfs mode, after the
+/// kernel's run.
+pub(super) fn kernel_then_ours(ctx: &mut Ctx, setup: &HotplugSetup) -> Result<Option<HotplugRuns>, String> {
+    let attached = ctx.has_sched();
+    if attached {
+        ctx.stop_sched()?;
+    }
+    let kernel = hotplug_once(ctx, setup)?;
+    kernel.report(ctx, setup, "kernel.");
+    if !attached {
+        return Ok(None);
+    }
+    ctx.start_sched(&[])?;
+    let before = crate::stats::fetch()?;
+    let ours = hotplug_once(ctx, setup)?;
+    ours.report(ctx, setup, "");
+    ctx.healthy()?;
+    let after = crate::stats::fetch()?;
+    ctx.figure("timer_late_p99_us", crate::stats::num(&after, "timer_late_p99_us")?);
+    check_against_kernel(ctx, setup, &kernel, &ours, &before, &after)?;
+    Ok(Some(HotplugRuns { kernel, ours, before, after }))
+}
+
 /// The checks both hotplug scenarios make of ours against the kernel's run `k`: each
 /// throttled group at least the kernel's share of its limit less 0.05 and at most its limit
 /// +5 %, its hogs waiting for a CPU at most `hog_wait_slack_ms` longer than the kernel's
@@ -201,7 +233,7 @@ pub(super) fn hotplug_once(ctx: &mut Ctx, setup: &HotplugSetup) -> Result<Hotplu
 /// `check_unthrottled`); every hog exited by itself. `before`/`after`: the scheduler's
 /// statistics around our loop: it saw every toggle, CPUs going offline gave local runtime
 /// back to a pool, and the topology was read again.
-pub(super) fn check_against_kernel(
+fn check_against_kernel(
     ctx: &mut Ctx,
     setup: &HotplugSetup,
     k: &HotplugRun,

@@ -6,7 +6,7 @@
 //! a hotplug that unloads it, or an exit that leaves a parked task behind is a fault of the
 //! whole machine, not of one group.
 
-use super::hotplug::{check_against_kernel, hotplug_once, prepare, HotplugSetup};
+use super::hotplug::{kernel_then_ours, prepare, HotplugSetup};
 use super::{custom, hog, lim, measure_ratio, render_config, Body, Scenario};
 use crate::runner::Ctx;
 use std::thread::sleep;
@@ -128,23 +128,9 @@ const HOG_WAIT_SLACK_MS: f64 = 400.0;
 fn hotplug(ctx: &mut Ctx) -> Result<(), String> {
     let _back = prepare(&HOTPLUG)?;
     crate::cgroup::write_cpu_weight("t/c", 50)?;
-    let attached = ctx.has_sched();
-    if attached {
-        ctx.stop_sched()?;
-    }
-    let kr = hotplug_once(ctx, &HOTPLUG)?;
-    kr.report(ctx, &HOTPLUG, "kernel.");
-    if !attached {
+    if kernel_then_ours(ctx, &HOTPLUG)?.is_none() {
         return Ok(());
     }
-    ctx.start_sched(&[])?;
-    let before = crate::stats::fetch()?;
-    let or = hotplug_once(ctx, &HOTPLUG)?;
-    or.report(ctx, &HOTPLUG, "");
-    ctx.healthy()?;
-    let after = crate::stats::fetch()?;
-    ctx.figure("timer_late_p99_us", crate::stats::num(&after, "timer_late_p99_us")?);
-    check_against_kernel(ctx, &HOTPLUG, &kr, &or, &before, &after)?;
     if ctx.sched_output().contains("restart") {
         ctx.fail("the scheduler was restarted during hotplug");
     }

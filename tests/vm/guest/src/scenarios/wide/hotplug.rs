@@ -1,7 +1,7 @@
 //! CPU hotplug on the second node under limits (`wide_hotplug`).
 
 use super::*;
-use crate::scenarios::hotplug::{check_against_kernel, hotplug_once, prepare, HotplugSetup};
+use crate::scenarios::hotplug::{kernel_then_ours, prepare, HotplugRuns, HotplugSetup};
 
 /// CPU 4 (the first of the second node) goes offline and online. (cgroup, limit in CPUs,
 /// period, hog threads): two groups throttled most of the time, and one whose five hogs never reach
@@ -29,27 +29,13 @@ const BESIDE_MAX_CPUS: f64 = 0.1;
 pub(super) fn wide_hotplug(ctx: &mut Ctx) -> Result<(), String> {
     require_wide()?;
     let _back = prepare(&SETUP)?;
-    let attached = ctx.has_sched();
-    if attached {
-        ctx.stop_sched()?;
-    }
-    let kr = hotplug_once(ctx, &SETUP)?;
-    kr.report(ctx, &SETUP, "kernel.");
-    if !attached {
+    let Some(HotplugRuns { kernel: kr, ours: or, before, after }) = kernel_then_ours(ctx, &SETUP)? else {
         return Ok(());
-    }
-    ctx.start_sched(&[])?;
-    let before = crate::stats::fetch()?;
-    let or = hotplug_once(ctx, &SETUP)?;
-    or.report(ctx, &SETUP, "");
-    ctx.healthy()?;
-    let after = crate::stats::fetch()?;
+    };
     let llcs = crate::stats::num(&after, "llc_queues")?;
     ctx.figure("llc_queues", llcs);
     let poll = crate::stats::delta(&before, &after, "agent_poll_cpu_usec")?;
     ctx.figure("agent_poll_ms", format!("{:.1}", poll / 1e3));
-    ctx.figure("timer_late_p99_us", crate::stats::num(&after, "timer_late_p99_us")?);
-    check_against_kernel(ctx, &SETUP, &kr, &or, &before, &after)?;
     if or.idle_beside_waiting > BESIDE_MAX_CPUS {
         ctx.fail(format!(
             "t/c's hogs waited beside {:.3} idle CPUs on average over the hotplug loop (max {BESIDE_MAX_CPUS}; the kernel's scheduler {:.3})",
