@@ -115,7 +115,19 @@ void BPF_STRUCT_OPS(bw_enqueue, struct task_struct *p, u64 enq_flags)
 	 * reaches in big steps); moving it up would take from large shares and
 	 * give to small ones.
 	 */
-	if (enq_flags & SCX_ENQ_WAKEUP) {
+	if (!p->se.sum_exec_runtime) {
+		/*
+		 * A new task, not run yet: bw_enable put it at vtime_now. In a
+		 * limited group behind that, it starts at the group's own vtime
+		 * (wake_now), as CFS places a new task against its group's
+		 * cfs_rq: a thread created beside throttled siblings otherwise
+		 * waited until they caught up, at their quota's pace.
+		 */
+		u64 now = wake_now(tctx);
+
+		if (vtime_before(now, vtime))
+			vtime = now;
+	} else if (enq_flags & SCX_ENQ_WAKEUP) {
 		u64 now = wake_now(tctx);
 
 		if (vtime_before(vtime, now - task_slice_ns))
