@@ -22,7 +22,7 @@ use std::process::ExitCode;
 
 const USAGE: &str = "\
 usage: scxbw-guest hog --threads N --seconds S [--cgroup REL] [--pin CPU]
-       scxbw-guest duty --threads N --burn-ms X --sleep-ms Y --seconds S [--cgroup REL] [--pin CPU]
+       scxbw-guest duty --threads N --burn-ms X --sleep-ms Y --seconds S [--fifo|--plain|--spawn] [--cgroup REL] [--pin CPU]
        scxbw-guest forks --threads N --seconds S [--cgroup REL] [--pin CPU]
        scxbw-guest pingpong --threads PAIRS --seconds S [--cgroup REL] [--pin CPU]
        scxbw-guest messaging --threads GROUPS --seconds S [--cgroup REL] [--pin CPU]

@@ -363,6 +363,9 @@ pub struct DutyArgs {
     /// wakeup costs CPU too (6 ms a wakeup under oversubscribed TCG: burn 10 ms, sleep 90
     /// used 0.16 CPU), so fixed sleeps would use more than that share; paced, it uses it.
     plain: bool,
+    /// Each burn in a new thread (`--spawn`), created for it and joined: its wall time runs
+    /// from the creation to the join, so it includes the new thread's first wait for a CPU.
+    spawn: bool,
 }
 
 /// Parsed `duty` arguments (errors here are usage errors).
@@ -370,7 +373,7 @@ pub fn duty_args(argv: &[String]) -> Result<DutyArgs, String> {
     let p = args::parse(
         argv,
         &["threads", "burn-ms", "sleep-ms", "seconds", "cgroup", "pin"],
-        &["fifo", "plain"],
+        &["fifo", "plain", "spawn"],
     )?;
     let d = DutyArgs {
         common: common(&p)?,
@@ -378,7 +381,11 @@ pub fn duty_args(argv: &[String]) -> Result<DutyArgs, String> {
         sleep: Duration::from_millis(p.req_u64("sleep-ms")?),
         fifo: p.switch("fifo"),
         plain: p.switch("plain"),
+        spawn: p.switch("spawn"),
     };
+    if d.spawn && (d.plain || d.fifo) {
+        return Err("--spawn goes with neither --plain nor --fifo".into());
+    }
     if d.burn_ns == 0 {
         return Err("--burn-ms must be > 0".into());
     }
@@ -395,6 +402,7 @@ pub fn duty(d: DutyArgs) -> Result<(), String> {
         sleep,
         fifo,
         plain,
+        spawn,
     } = d;
     place(&c)?;
     let deadline = Instant::now() + Duration::from_secs(c.seconds);
@@ -421,10 +429,23 @@ pub fn duty(d: DutyArgs) -> Result<(), String> {
                 }
                 while Instant::now() < deadline {
                     let start = mono_ns();
-                    let (delay0, runs0) = sched_info();
-                    let wall = burn(burn_ns);
-                    let (delay1, runs1) = sched_info();
-                    walls.push((start, wall, delay1.saturating_sub(delay0), runs1.saturating_sub(runs0)));
+                    if spawn {
+                        // The new thread's own run-queue figures, as it exits.
+                        let (wall, delay, runs) = thread::spawn(move || {
+                            let (delay0, runs0) = sched_info();
+                            let _ = burn(burn_ns);
+                            let (delay1, runs1) = sched_info();
+                            (mono_ns() - start, delay1.saturating_sub(delay0), runs1.saturating_sub(runs0))
+                        })
+                        .join()
+                        .map_err(|_| "burn thread panicked".to_string())?;
+                        walls.push((start, wall, delay, runs));
+                    } else {
+                        let (delay0, runs0) = sched_info();
+                        let wall = burn(burn_ns);
+                        let (delay1, runs1) = sched_info();
+                        walls.push((start, wall, delay1.saturating_sub(delay0), runs1.saturating_sub(runs0)));
+                    }
                     if !sleep.is_zero() {
                         thread::sleep(sleep);
                     }

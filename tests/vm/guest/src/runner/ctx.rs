@@ -95,6 +95,11 @@ impl<'a> Ctx<'a> {
                 sleep_ms,
             } => ("duty", duty_argv(*threads, *burn_ms, *sleep_ms, false)),
             Work::RtDuty { burn_ms, sleep_ms } => ("duty", duty_argv(1, *burn_ms, *sleep_ms, true)),
+            Work::SpawnDuty { burn_ms, sleep_ms } => {
+                let mut v = duty_argv(1, *burn_ms, *sleep_ms, false);
+                v.push("--spawn".into());
+                ("duty", v)
+            }
             Work::Pulse { threads, burn_ms, sleep_ms } => {
                 let mut v = duty_argv(*threads, *burn_ms, *sleep_ms, false);
                 v.push("--plain".into());

@@ -72,6 +72,9 @@ pub enum Work {
     },
     /// `duty --threads 1 --burn-ms B --sleep-ms S --fifo`: one SCHED_FIFO thread.
     RtDuty { burn_ms: u32, sleep_ms: u32 },
+    /// `duty --threads 1 --burn-ms B --sleep-ms S --spawn`: each burn in a thread of its own,
+    /// created for it and joined (the DUTY line times creation to join).
+    SpawnDuty { burn_ms: u32, sleep_ms: u32 },
     /// `duty --threads N --burn-ms B --sleep-ms S --plain`: burns B ms at a time and sleeps
     /// so that each thread uses B / (B + S) of a CPU, its wakeups' cost included.
     Pulse {

@@ -452,22 +452,21 @@ fn agent_stall(ctx: &mut Ctx) -> Result<(), String> {
     Ok(())
 }
 
-/// The scenarios of this file, in the order a run takes them.
-/// How long each run of `wake_throttled` measures.
+/// How long each run of `wake_throttled` and `spawn_throttled` measures.
 const WAKE_RUN: Duration = Duration::from_secs(10);
-/// Least part of the kernel's count of burns the waking thread of `wake_throttled` must
-/// finish under ours.
+/// Least part of the kernel's count of burns the waking (or new) thread must finish under
+/// ours.
 const WAKE_BURNS_MIN: f64 = 0.8;
 /// How much longer than the kernel's slowest burn ours may take (ms): two periods of t/a.
 const WAKE_SLOWEST_SLACK_MS: f64 = 200.0;
 
-/// One run of `wake_throttled` under whichever scheduler is in charge: the DUTY figures of
-/// the waking thread.
-fn wake_once(ctx: &mut Ctx) -> Result<crate::output::DutyStats, String> {
+/// One run of `wake_throttled` or `spawn_throttled` under whichever scheduler is in charge:
+/// the DUTY figures of `work`, run in t/a beside 2 hogs.
+fn wake_once(ctx: &mut Ctx, work: &Work) -> Result<crate::output::DutyStats, String> {
     let secs = (crate::runner::WARMUP + WAKE_RUN).as_secs();
     let first = ctx.spawn(&hog("t/a", 2), secs + 2)?;
     ctx.spawn(&hog("t/b", 1), secs + 2)?;
-    let duty = ctx.spawn(&Workload { cgroup: "t/a", work: Work::Duty { threads: 1, burn_ms: 2, sleep_ms: 48 }, pin: None }, secs)?;
+    let duty = ctx.spawn(&Workload { cgroup: "t/a", work: work.clone(), pin: None }, secs)?;
     if ctx.has_sched() {
         ctx.check_on_scx(first);
     }
@@ -476,25 +475,22 @@ fn wake_once(ctx: &mut Ctx) -> Result<crate::output::DutyStats, String> {
         return Err(format!("duty workload {}", crate::sched::describe(st)));
     }
     ctx.kill_works(first);
-    crate::output::parse_duty(&ctx.output(duty)).ok_or_else(|| "no DUTY line from the waking thread".to_string())
+    crate::output::parse_duty(&ctx.output(duty)).ok_or_else(|| "no DUTY line from the duty workload".to_string())
 }
 
-/// A thread waking in a throttled group beside its busy siblings. t/a (cpu.max 20 ms every
-/// 100 ms) runs 2 hogs and a thread that burns 2 ms of CPU every 50 ms; t/b runs an
+/// A thread getting its turn in a throttled group beside its busy siblings. t/a (cpu.max
+/// 20 ms every 100 ms) runs 2 hogs and `work`, 2 ms of CPU every 50 ms; t/b runs an
 /// unlimited hog, so the queue's vtime runs far ahead of t/a's throttled tasks. Under the
-/// kernel's scheduler first, then ours, in the same boot. The waking thread must get its
-/// turn among its siblings as under CFS, which places it against its group's own
-/// min_vruntime: ours placed it against the queue's vtime, where it waited until the hogs
-/// caught up, at their quota's pace, and was rescued after 5 s. Checked for ours: at least
-/// WAKE_BURNS_MIN of the kernel's count of burns, the slowest at most
-/// WAKE_SLOWEST_SLACK_MS longer than the kernel's, and no task rescued.
-fn wake_throttled(ctx: &mut Ctx) -> Result<(), String> {
+/// kernel's scheduler first, then ours, in the same boot. Checked for ours: at least
+/// WAKE_BURNS_MIN of the kernel's count of burns, the slowest at most WAKE_SLOWEST_SLACK_MS
+/// longer than the kernel's, and no task rescued. `who` names the thread in the verdict.
+fn turn_in_throttled(ctx: &mut Ctx, work: Work, who: &str) -> Result<(), String> {
     crate::cgroup::write_cpu_max("t/a", 20_000, 100_000)?;
     let attached = ctx.has_sched();
     if attached {
         ctx.stop_sched()?;
     }
-    let k = wake_once(ctx)?;
+    let k = wake_once(ctx, &work)?;
     ctx.figure("kernel.burns", k.burns);
     ctx.figure("kernel.p99_ms", format!("{:.1}", k.p99_ms));
     ctx.figure("kernel.max_ms", format!("{:.1}", k.max_ms));
@@ -503,7 +499,7 @@ fn wake_throttled(ctx: &mut Ctx) -> Result<(), String> {
     }
     ctx.start_sched(&[])?;
     let before = crate::stats::fetch()?;
-    let o = wake_once(ctx)?;
+    let o = wake_once(ctx, &work)?;
     ctx.healthy()?;
     let after = crate::stats::fetch()?;
     let rescued = crate::stats::delta(&before, &after, "rescued")?;
@@ -512,10 +508,10 @@ fn wake_throttled(ctx: &mut Ctx) -> Result<(), String> {
     ctx.figure("max_ms", format!("{:.1}", o.max_ms));
     ctx.figure("rescued", rescued);
     if (o.burns as f64) < WAKE_BURNS_MIN * k.burns as f64 {
-        ctx.fail(format!("the waking thread finished {} burns, under the kernel's scheduler {} (min {WAKE_BURNS_MIN} of it)", o.burns, k.burns));
+        ctx.fail(format!("the {who} finished {} burns, under the kernel's scheduler {} (min {WAKE_BURNS_MIN} of it)", o.burns, k.burns));
     }
     if o.max_ms > k.max_ms + WAKE_SLOWEST_SLACK_MS {
-        ctx.fail(format!("the waking thread's slowest 2 ms burn took {:.1} ms, under the kernel's scheduler {:.1} ms (allowed {WAKE_SLOWEST_SLACK_MS} ms more)", o.max_ms, k.max_ms));
+        ctx.fail(format!("the {who}'s slowest 2 ms burn took {:.1} ms, under the kernel's scheduler {:.1} ms (allowed {WAKE_SLOWEST_SLACK_MS} ms more)", o.max_ms, k.max_ms));
     }
     if rescued > 0.0 {
         ctx.fail(format!("{rescued} tasks waited parked 5 s and were rescued"));
@@ -523,6 +519,21 @@ fn wake_throttled(ctx: &mut Ctx) -> Result<(), String> {
     Ok(())
 }
 
+/// A thread waking in a throttled group: CFS places it against its group's own
+/// min_vruntime; ours placed it against the queue's vtime, where it waited until the hogs
+/// caught up, at their quota's pace, and was rescued after 5 s (23 burns against the
+/// kernel's 105).
+fn wake_throttled(ctx: &mut Ctx) -> Result<(), String> {
+    turn_in_throttled(ctx, Work::Duty { threads: 1, burn_ms: 2, sleep_ms: 48 }, "waking thread")
+}
+
+/// A thread created in a throttled group for each burn: CFS places a new task against its
+/// group's own vruntime too.
+fn spawn_throttled(ctx: &mut Ctx) -> Result<(), String> {
+    turn_in_throttled(ctx, Work::SpawnDuty { burn_ms: 2, sleep_ms: 48 }, "new thread")
+}
+
+/// The scenarios of this file, in the order a run takes them.
 pub(super) fn scenarios() -> Vec<Scenario> {
     vec![
         Scenario {
@@ -556,6 +567,14 @@ pub(super) fn scenarios() -> Vec<Scenario> {
             limits: vec![],
             cgroups: vec!["t/a", "t/b"],
             body: Body::Custom(wake_throttled),
+        },
+        Scenario {
+            name: "spawn_throttled",
+            about: "a thread created for each 2 ms burn every 50 ms beside 2 hogs in a 20ms/100ms group, an unlimited hog beside: under ours >= 0.8 of the kernel's burns in the same boot, the slowest at most 200 ms longer, no task rescued",
+            needs_sched: false,
+            limits: vec![],
+            cgroups: vec!["t/a", "t/b"],
+            body: Body::Custom(spawn_throttled),
         },
         custom(
             "rescue",
