@@ -41,19 +41,17 @@ impl Run {
     }
 
     /// Usage of a unit's cgroup in CPUs against `want`, ±`tol`, after a second's warm-up. With
-    /// the kernel's figure for `label` from this boot, ours may also be as far from the limit
-    /// as the kernel's was, plus `tol`.
+    /// the kernel's figure for `label` from this boot, as the scenarios' checks on a retry
+    /// (`kernel_tolerance`).
     fn ratio(&mut self, label: &str, unit: &str, want: f64, tol: f64) -> Result<(), String> {
         let ratio = usage(unit)? / want;
         self.figure(&format!("{label}.usage_cpus"), format!("{:.3}", ratio * want));
         self.figure(&format!("{label}.ratio"), format!("{ratio:.3}"));
-        let allowed = match self.kernel.get(label).copied() {
-            Some(k) => {
-                self.figure(&format!("kernel.{label}.ratio"), format!("{k:.3}"));
-                tol + (k - 1.0).abs()
-            }
-            None => tol,
-        };
+        let kernel = self.kernel.get(label).copied();
+        if let Some(k) = kernel {
+            self.figure(&format!("kernel.{label}.ratio"), format!("{k:.3}"));
+        }
+        let allowed = crate::scenarios::kernel_tolerance(tol, kernel);
         if (ratio - 1.0).abs() > allowed {
             self.fail(format!("{label}: {unit} used {:.3} CPUs, want {want} ±{:.1} %", ratio * want, allowed * 100.0));
         }

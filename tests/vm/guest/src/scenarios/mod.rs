@@ -448,7 +448,7 @@ fn measure_ratio(ctx: &mut Ctx, label: &str, cg: &'static str, limit_cpus: f64, 
     ctx.figure(key("ratio"), format!("{:.3}", used / limit_cpus));
     // With --kernel-ref (a retry on a busy host, for the scenarios in KERNEL_REF): as far
     // from the limit as the kernel's share was in this boot, plus RATIO_KERNEL_SLACK.
-    let tol = ctx.kernel_f64(&key("ratio")).map_or(tol, |k| tol.max((k - 1.0).abs() + RATIO_KERNEL_SLACK));
+    let tol = kernel_tolerance(tol, ctx.kernel_f64(&key("ratio")));
     crate::phases::check(ctx, &Check::Ratio { cgroup: cg, tol }, used, Some(limit_cpus), &key, label)
 }
 
@@ -459,6 +459,13 @@ fn measure_ratio(ctx: &mut Ctx, label: &str, cg: &'static str, limit_cpus: f64, 
 /// a host thread taking both host CPUs 20 ms of every 100 holds up every refill in such a
 /// stretch and the periods it spans are refilled once (as the kernel's timer does).
 pub(super) const RATIO_KERNEL_SLACK: f64 = 0.02;
+
+/// The tolerance of a usage-to-limit ratio: `tol`, or with the kernel's ratio `kernel` from
+/// this boot (a retry on a busy host), as far from the limit as the kernel's was plus
+/// RATIO_KERNEL_SLACK, if that is more.
+pub(crate) fn kernel_tolerance(tol: f64, kernel: Option<f64>) -> f64 {
+    kernel.map_or(tol, |k| tol.max((k - 1.0).abs() + RATIO_KERNEL_SLACK))
+}
 
 /// After cgroups were removed: within 3 s the enforced groups (`active_groups`) are back to
 /// `base`, every slot given back (removals reach the agent through the events ring).

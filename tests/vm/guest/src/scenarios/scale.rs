@@ -152,7 +152,7 @@ fn scale(ctx: &mut Ctx) -> Result<(), String> {
 /// RATIO_KERNEL_SLACK, with the words that name the kernel's figure.
 fn kernel_aware(ctx: &Ctx, key: &str) -> (f64, String) {
     match ctx.kernel_f64(key) {
-        Some(k) => (0.05f64.max((k - 1.0).abs() + super::RATIO_KERNEL_SLACK), format!(" (the kernel in this boot: {k:.3})")),
+        Some(k) => (super::kernel_tolerance(0.05, Some(k)), format!(" (the kernel in this boot: {k:.3})")),
         None => (0.05, String::new()),
     }
 }
