@@ -352,6 +352,15 @@ fn sched_info() -> (u64, u64) {
     (f.get(1).copied().unwrap_or(0), f.get(2).copied().unwrap_or(0))
 }
 
+/// `burn` with this thread's run-queue wait and times scheduled in over it (`sched_info`):
+/// (wall ns, wait ns, runs).
+fn timed_burn(burn_ns: u64) -> (u64, u64, u64) {
+    let (delay0, runs0) = sched_info();
+    let wall = burn(burn_ns);
+    let (delay1, runs1) = sched_info();
+    (wall, delay1.saturating_sub(delay0), runs1.saturating_sub(runs0))
+}
+
 pub struct DutyArgs {
     common: Common,
     burn_ns: u64,
@@ -429,23 +438,18 @@ pub fn duty(d: DutyArgs) -> Result<(), String> {
                 }
                 while Instant::now() < deadline {
                     let start = mono_ns();
-                    if spawn {
-                        // The new thread's own run-queue figures, as it exits.
-                        let (wall, delay, runs) = thread::spawn(move || {
-                            let (delay0, runs0) = sched_info();
-                            let _ = burn(burn_ns);
-                            let (delay1, runs1) = sched_info();
-                            (mono_ns() - start, delay1.saturating_sub(delay0), runs1.saturating_sub(runs0))
+                    let (wall, delay, runs) = if spawn {
+                        // The new thread's own run-queue figures; the wall time from `start`.
+                        thread::spawn(move || {
+                            let (_, delay, runs) = timed_burn(burn_ns);
+                            (mono_ns() - start, delay, runs)
                         })
                         .join()
-                        .map_err(|_| "burn thread panicked".to_string())?;
-                        walls.push((start, wall, delay, runs));
+                        .map_err(|_| "burn thread panicked".to_string())?
                     } else {
-                        let (delay0, runs0) = sched_info();
-                        let wall = burn(burn_ns);
-                        let (delay1, runs1) = sched_info();
-                        walls.push((start, wall, delay1.saturating_sub(delay0), runs1.saturating_sub(runs0)));
-                    }
+                        timed_burn(burn_ns)
+                    };
+                    walls.push((start, wall, delay, runs));
                     if !sleep.is_zero() {
                         thread::sleep(sleep);
                     }

@@ -38,14 +38,13 @@ pub struct Ctx<'a> {
     pub(super) kernel: Option<Vec<(String, String)>>,
 }
 
-/// Command line of the `duty` workload (without --seconds, --cgroup, --pin).
-fn duty_argv(threads: u32, burn_ms: u32, sleep_ms: u32, fifo: bool) -> Vec<String> {
+/// Command line of the `duty` workload (without --seconds, --cgroup, --pin), with `switch`
+/// (`--fifo`, `--plain`, `--spawn`) if given.
+fn duty_argv(threads: u32, burn_ms: u32, sleep_ms: u32, switch: Option<&str>) -> Vec<String> {
     let mut v: Vec<String> = ["duty", "--threads", &threads.to_string(), "--burn-ms", &burn_ms.to_string(), "--sleep-ms", &sleep_ms.to_string()]
         .map(String::from)
         .to_vec();
-    if fifo {
-        v.push("--fifo".into());
-    }
+    v.extend(switch.map(String::from));
     v
 }
 
@@ -93,18 +92,10 @@ impl<'a> Ctx<'a> {
                 threads,
                 burn_ms,
                 sleep_ms,
-            } => ("duty", duty_argv(*threads, *burn_ms, *sleep_ms, false)),
-            Work::RtDuty { burn_ms, sleep_ms } => ("duty", duty_argv(1, *burn_ms, *sleep_ms, true)),
-            Work::SpawnDuty { burn_ms, sleep_ms } => {
-                let mut v = duty_argv(1, *burn_ms, *sleep_ms, false);
-                v.push("--spawn".into());
-                ("duty", v)
-            }
-            Work::Pulse { threads, burn_ms, sleep_ms } => {
-                let mut v = duty_argv(*threads, *burn_ms, *sleep_ms, false);
-                v.push("--plain".into());
-                ("duty", v)
-            }
+            } => ("duty", duty_argv(*threads, *burn_ms, *sleep_ms, None)),
+            Work::RtDuty { burn_ms, sleep_ms } => ("duty", duty_argv(1, *burn_ms, *sleep_ms, Some("--fifo"))),
+            Work::SpawnDuty { burn_ms, sleep_ms } => ("duty", duty_argv(1, *burn_ms, *sleep_ms, Some("--spawn"))),
+            Work::Pulse { threads, burn_ms, sleep_ms } => ("duty", duty_argv(*threads, *burn_ms, *sleep_ms, Some("--plain"))),
         };
         args.extend([
             "--seconds".into(),
