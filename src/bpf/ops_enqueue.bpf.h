@@ -61,7 +61,7 @@ s32 BPF_STRUCT_OPS(bw_select_cpu, struct task_struct *p, s32 prev_cpu, u64 wake_
 }
 
 /*
- * The "now" a waking task is placed against: the queue's (vtime_now), or,
+ * The "now" a waking or new task is placed against: the queue's (vtime_now), or,
  * for a task of a limited group while other tasks of its innermost limited
  * group are runnable or parked, that group's own (bw_group.vtime), when it
  * is behind. A limited group's tasks use less than their share and fall
